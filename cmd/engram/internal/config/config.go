@@ -1,0 +1,355 @@
+// Package config defines, loads and validates the configuration of the engram
+// server binary.
+//
+// It owns the one authoritative list of settings: the Config struct below.
+// Every key's name, default, flag, environment variable and one-line help text
+// is derived from that struct, and config.example.yaml at the repository root
+// mirrors it (a unit test keeps the two in step). Values are layered, later
+// layers winning:
+//
+//	defaults < YAML file (--config FILE or ENGRAM_CONFIG) < ENGRAM_* environment variables < command-line flags
+//
+// This package must not open storage, listen on sockets or start anything: it
+// only turns arguments, environment and files into a validated Config, so the
+// rules stay testable without a server.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the complete configuration of `engram serve`.
+//
+// Each field carries a `koanf` tag (its key; nested structs add a dotted
+// prefix) and a `help` tag (the one-line text shown by --help). The doc
+// comments say more where one line is not enough.
+type Config struct {
+	// Name is this member's name, reported by MemberList and Status (etcd:
+	// --name).
+	Name string `koanf:"name" help:"member name reported in member list and status"`
+
+	// ListenClientURLs are the addresses the etcd v3 gRPC API is served on.
+	// Schemes: http:// (plaintext TCP), https:// (TLS, needs tls.cert-file
+	// and tls.key-file) and unix:///abs/path or unix:rel/path (a plaintext
+	// unix socket, access controlled by file permissions). TCP URLs are
+	// host:port with no path; port 0 picks a free port (logged at start).
+	ListenClientURLs []string `koanf:"listen-client-urls" help:"URLs to serve the etcd v3 gRPC API on (http://, https://, unix://)"`
+
+	// AdvertiseClientURLs are the client URLs reported in MemberList. Empty
+	// means "the listen-client-urls".
+	AdvertiseClientURLs []string `koanf:"advertise-client-urls" help:"client URLs reported in member list (default: listen-client-urls)"`
+
+	// DataDir holds the storage engine's files; the badger engine keeps them
+	// in DataDir/badger. Unused by memkv.
+	DataDir string `koanf:"data-dir" help:"directory for persistent data"`
+
+	// Storage selects and tunes the storage engine.
+	Storage Storage `koanf:"storage"`
+
+	// TLS configures transport security for https:// listeners.
+	TLS TLS `koanf:"tls"`
+
+	// HTTP configures the operational HTTP endpoint.
+	HTTP HTTP `koanf:"http"`
+
+	// Log configures the structured logger (log/slog, on stderr).
+	Log Log `koanf:"log"`
+
+	// Watch tunes the watch service.
+	Watch Watch `koanf:"watch"`
+
+	// Compaction is the optional server-side compaction policy.
+	Compaction Compaction `koanf:"compaction"`
+
+	// Limits bound request sizes.
+	Limits Limits `koanf:"limits"`
+
+	// ShutdownTimeout bounds the graceful part of a shutdown: how long
+	// in-flight gRPC calls may run on after SIGTERM/SIGINT before the
+	// remaining connections are cut. Open watch streams never end on their
+	// own, so with watchers connected shutdown takes this long. It also
+	// bounds the server's own drain (finishing in-flight writes).
+	ShutdownTimeout time.Duration `koanf:"shutdown-timeout" help:"how long a graceful shutdown waits for in-flight calls before cutting connections"`
+}
+
+// Storage selects the storage engine.
+type Storage struct {
+	// Engine is "badger" (embedded, durable, the default) or "memkv"
+	// (in-memory, for tests and experiments: everything is lost on exit).
+	Engine string `koanf:"engine" help:"storage engine: badger or memkv"`
+
+	// Badger tunes the badger engine; ignored by other engines.
+	Badger Badger `koanf:"badger"`
+}
+
+// Badger tunes the embedded badger engine.
+type Badger struct {
+	// InMemory keeps badger's data in memory only (nothing is written to
+	// data-dir; everything is lost on exit).
+	InMemory bool `koanf:"in-memory" help:"run badger without disk (data lost on exit)"`
+}
+
+// TLS configures the certificates of https:// listeners.
+type TLS struct {
+	// CertFile is the PEM server certificate (chain) for https:// listeners.
+	CertFile string `koanf:"cert-file" help:"PEM server certificate for https:// listeners"`
+	// KeyFile is the PEM private key of CertFile.
+	KeyFile string `koanf:"key-file" help:"PEM private key of tls.cert-file"`
+	// ClientCAFile, when set, turns on client certificate authentication:
+	// every TLS client must present a certificate signed by one of these
+	// CAs (kube-apiserver: --etcd-certfile/--etcd-keyfile). Plaintext
+	// http:// listeners are then refused, since they would bypass it.
+	ClientCAFile string `koanf:"client-ca-file" help:"PEM CA bundle; when set, TLS clients must present a certificate it signed"`
+}
+
+// HTTP configures the operational endpoint: /metrics (Prometheus),
+// /healthz (the process is up), /readyz (the server has recovered its state
+// and is serving) and /debug/pprof/.
+type HTTP struct {
+	// Listen is the host:port of the endpoint; empty disables it. It serves
+	// profiling data, so keep it on a loopback or otherwise private address.
+	Listen string `koanf:"listen" help:"host:port for /metrics, /healthz, /readyz, /debug/pprof/ (empty disables)"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is debug, info, warn or error.
+	Level string `koanf:"level" help:"log level: debug, info, warn or error"`
+	// Format is text or json.
+	Format string `koanf:"format" help:"log format: text or json"`
+}
+
+// Watch tunes the watch service.
+type Watch struct {
+	// ProgressNotifyInterval is how often an idle watch created with
+	// progress_notify gets a progress response (etcd:
+	// --experimental-watch-progress-notify-interval).
+	ProgressNotifyInterval time.Duration `koanf:"progress-notify-interval" help:"interval of progress notifications on idle watches"`
+	// MaxLag is how many revisions a watcher may fall behind before it is
+	// cancelled; 0 means the server's built-in default.
+	MaxLag int64 `koanf:"max-lag" help:"revisions a watcher may fall behind before it is cancelled (0 = built-in default)"`
+}
+
+// Compaction is the server-side compaction policy. kube-apiserver compacts
+// on its own (every 5 minutes by default), so the default is off.
+type Compaction struct {
+	// Mode is "" (off), "periodic" (keep Retention worth of history) or
+	// "revision" (keep the last Revisions revisions).
+	Mode string `koanf:"mode" help:"server-side compaction: \"\" (off), periodic or revision"`
+	// Retention is the history kept by "periodic" mode, e.g. 1h.
+	Retention time.Duration `koanf:"retention" help:"history kept by periodic compaction (e.g. 1h)"`
+	// Revisions is the number of revisions kept by "revision" mode.
+	Revisions int64 `koanf:"revisions" help:"revisions kept by revision compaction"`
+}
+
+// Limits bound requests, as etcd's flags of the same names do.
+type Limits struct {
+	// MaxRequestBytes bounds one gRPC request (etcd: --max-request-bytes).
+	MaxRequestBytes int `koanf:"max-request-bytes" help:"largest accepted request in bytes"`
+	// MaxTxnOps bounds the operations of one Txn (etcd: --max-txn-ops).
+	MaxTxnOps int `koanf:"max-txn-ops" help:"most operations in one transaction"`
+}
+
+// Engine names accepted by storage.engine.
+const (
+	EngineBadger = "badger"
+	EngineMemKV  = "memkv"
+)
+
+// Default returns the built-in defaults: the first, lowest layer.
+func Default() Config {
+	return Config{
+		Name:             "default",
+		ListenClientURLs: []string{"http://127.0.0.1:2379"},
+		DataDir:          "./data",
+		Storage:          Storage{Engine: EngineBadger},
+		HTTP:             HTTP{Listen: "127.0.0.1:2381"},
+		Log:              Log{Level: "info", Format: "text"},
+		Watch:            Watch{ProgressNotifyInterval: 10 * time.Minute},
+		// etcd's defaults: 1.5 MiB and 128 operations.
+		Limits:          Limits{MaxRequestBytes: 1536 * 1024, MaxTxnOps: 128},
+		ShutdownTimeout: 5 * time.Second,
+	}
+}
+
+// Validate checks every rule that does not need the filesystem or network
+// and returns all violations at once, each naming its key.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)))
+	}
+
+	if strings.TrimSpace(c.Name) == "" {
+		bad("name", "must not be empty")
+	}
+
+	tlsOn := c.TLS.CertFile != "" || c.TLS.KeyFile != ""
+	if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+		bad("tls.cert-file", "tls.cert-file and tls.key-file must be set together")
+	}
+	if c.TLS.ClientCAFile != "" && !tlsOn {
+		bad("tls.client-ca-file", "client certificate authentication needs tls.cert-file and tls.key-file")
+	}
+
+	if len(c.ListenClientURLs) == 0 {
+		bad("listen-client-urls", "at least one URL is required")
+	}
+	anyHTTPS := false
+	for _, raw := range c.ListenClientURLs {
+		u, err := ParseClientURL(raw)
+		if err != nil {
+			bad("listen-client-urls", "%v", err)
+			continue
+		}
+		switch u.Scheme {
+		case "https":
+			anyHTTPS = true
+			if !tlsOn {
+				bad("listen-client-urls", "%s needs tls.cert-file and tls.key-file", raw)
+			}
+		case "http":
+			if c.TLS.ClientCAFile != "" {
+				bad("listen-client-urls", "%s is plaintext, which would bypass the client certificate authentication tls.client-ca-file asks for; use https://", raw)
+			}
+		}
+	}
+	if tlsOn && !anyHTTPS && len(c.ListenClientURLs) > 0 {
+		bad("tls.cert-file", "is set but no listen-client-urls entry uses https://")
+	}
+	for _, raw := range c.AdvertiseClientURLs {
+		if _, err := ParseClientURL(raw); err != nil {
+			bad("advertise-client-urls", "%v", err)
+		}
+	}
+
+	switch c.Storage.Engine {
+	case EngineBadger:
+		if !c.Storage.Badger.InMemory && strings.TrimSpace(c.DataDir) == "" {
+			bad("data-dir", "must not be empty with storage.engine=badger")
+		}
+	case EngineMemKV:
+	default:
+		bad("storage.engine", "unknown engine %q (want %s or %s)", c.Storage.Engine, EngineBadger, EngineMemKV)
+	}
+
+	if c.HTTP.Listen != "" {
+		if err := checkHostPort(c.HTTP.Listen); err != nil {
+			bad("http.listen", "%v", err)
+		}
+	}
+
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log.level", "unknown level %q (want debug, info, warn or error)", c.Log.Level)
+	}
+	switch c.Log.Format {
+	case "text", "json":
+	default:
+		bad("log.format", "unknown format %q (want text or json)", c.Log.Format)
+	}
+
+	if c.Watch.ProgressNotifyInterval <= 0 {
+		bad("watch.progress-notify-interval", "must be positive, got %s", c.Watch.ProgressNotifyInterval)
+	}
+	if c.Watch.MaxLag < 0 {
+		bad("watch.max-lag", "must not be negative, got %d", c.Watch.MaxLag)
+	}
+
+	switch c.Compaction.Mode {
+	case "":
+	case "periodic":
+		if c.Compaction.Retention <= 0 {
+			bad("compaction.retention", "must be positive with compaction.mode=periodic, got %s", c.Compaction.Retention)
+		}
+	case "revision":
+		if c.Compaction.Revisions <= 0 {
+			bad("compaction.revisions", "must be positive with compaction.mode=revision, got %d", c.Compaction.Revisions)
+		}
+	default:
+		bad("compaction.mode", "unknown mode %q (want \"\", periodic or revision)", c.Compaction.Mode)
+	}
+	if c.Compaction.Retention < 0 {
+		bad("compaction.retention", "must not be negative, got %s", c.Compaction.Retention)
+	}
+	if c.Compaction.Revisions < 0 {
+		bad("compaction.revisions", "must not be negative, got %d", c.Compaction.Revisions)
+	}
+
+	if c.Limits.MaxRequestBytes <= 0 {
+		bad("limits.max-request-bytes", "must be positive, got %d", c.Limits.MaxRequestBytes)
+	}
+	if c.Limits.MaxTxnOps <= 0 {
+		bad("limits.max-txn-ops", "must be positive, got %d", c.Limits.MaxTxnOps)
+	}
+	if c.ShutdownTimeout <= 0 {
+		bad("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
+	}
+	return errors.Join(errs...)
+}
+
+// EffectiveAdvertiseClientURLs is what MemberList reports: the configured
+// advertise URLs, or the listen URLs when none are configured.
+func (c *Config) EffectiveAdvertiseClientURLs() []string {
+	if len(c.AdvertiseClientURLs) > 0 {
+		return c.AdvertiseClientURLs
+	}
+	return c.ListenClientURLs
+}
+
+// ClientURL is a parsed listen or advertise URL.
+type ClientURL struct {
+	// Scheme is "http", "https" or "unix".
+	Scheme string
+	// Address is host:port for http and https, the socket path for unix.
+	Address string
+}
+
+// ParseClientURL parses an entry of listen-client-urls or
+// advertise-client-urls. Unix socket URLs follow the etcd client's reading:
+// unix:///abs/path and unix:/abs/path are absolute, unix://rel/path and
+// unix:rel/path relative to the working directory.
+func ParseClientURL(raw string) (ClientURL, error) {
+	if rest, ok := strings.CutPrefix(raw, "unix:"); ok {
+		path := strings.TrimPrefix(rest, "//")
+		if path == "" {
+			return ClientURL{}, fmt.Errorf("%q: unix socket URL has no path (want unix:///abs/path or unix:rel/path)", raw)
+		}
+		return ClientURL{Scheme: "unix", Address: path}, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ClientURL{}, fmt.Errorf("%q: %w", raw, err)
+	}
+	switch u.Scheme {
+	case "http", "https":
+	default:
+		return ClientURL{}, fmt.Errorf("%q: unsupported scheme %q (want http, https or unix)", raw, u.Scheme)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		return ClientURL{}, fmt.Errorf("%q: a client URL is scheme://host:port with nothing after the port", raw)
+	}
+	if err := checkHostPort(u.Host); err != nil {
+		return ClientURL{}, fmt.Errorf("%q: %w", raw, err)
+	}
+	return ClientURL{Scheme: u.Scheme, Address: u.Host}, nil
+}
+
+func checkHostPort(hostport string) error {
+	_, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("invalid port %q in %q", port, hostport)
+	}
+	return nil
+}
