@@ -131,9 +131,10 @@ type Watch struct {
 	// progress_notify gets a progress response (etcd:
 	// --experimental-watch-progress-notify-interval).
 	ProgressNotifyInterval time.Duration `koanf:"progress-notify-interval" help:"interval of progress notifications on idle watches"`
-	// MaxLag is how many revisions a watcher may fall behind before it is
-	// cancelled; 0 means the server's built-in default.
-	MaxLag int64 `koanf:"max-lag" help:"revisions a watcher may fall behind before it is cancelled (0 = built-in default)"`
+	// MaxLag is how many revisions a watcher may fall behind the head
+	// before it is cancelled (the client then re-watches); 0 means the
+	// server's built-in default, a negative value disables the limit.
+	MaxLag int64 `koanf:"max-lag" help:"revisions a watcher may fall behind before it is cancelled (0 = built-in default, negative = no limit)"`
 }
 
 // Compaction is the server-side compaction policy. kube-apiserver compacts
@@ -146,6 +147,9 @@ type Compaction struct {
 	Retention time.Duration `koanf:"retention" help:"history kept by periodic compaction (e.g. 1h)"`
 	// Revisions is the number of revisions kept by "revision" mode.
 	Revisions int64 `koanf:"revisions" help:"revisions kept by revision compaction"`
+	// Interval is how often the policy runs; 0 lets the server choose
+	// (periodic: a tenth of Retention, between 1s and 1h; revision: 5m).
+	Interval time.Duration `koanf:"interval" help:"how often server-side compaction runs (0 = chosen from the mode)"`
 }
 
 // Limits bound requests, as etcd's flags of the same names do.
@@ -259,9 +263,6 @@ func (c *Config) Validate() error {
 	if c.Watch.ProgressNotifyInterval <= 0 {
 		bad("watch.progress-notify-interval", "must be positive, got %s", c.Watch.ProgressNotifyInterval)
 	}
-	if c.Watch.MaxLag < 0 {
-		bad("watch.max-lag", "must not be negative, got %d", c.Watch.MaxLag)
-	}
 
 	switch c.Compaction.Mode {
 	case "":
@@ -281,6 +282,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Compaction.Revisions < 0 {
 		bad("compaction.revisions", "must not be negative, got %d", c.Compaction.Revisions)
+	}
+	if c.Compaction.Interval < 0 {
+		bad("compaction.interval", "must not be negative, got %s", c.Compaction.Interval)
 	}
 
 	if c.Limits.MaxRequestBytes <= 0 {

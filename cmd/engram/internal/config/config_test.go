@@ -234,6 +234,7 @@ func TestValidate(t *testing.T) {
 		{name: "memkv needs no data dir", edit: func(c *Config) { c.Storage.Engine = EngineMemKV; c.DataDir = "" }},
 		{name: "http endpoint disabled", edit: func(c *Config) { c.HTTP.Listen = "" }},
 		{name: "periodic compaction", edit: func(c *Config) { c.Compaction = Compaction{Mode: "periodic", Retention: time.Hour} }},
+		{name: "watch lag limit disabled", edit: func(c *Config) { c.Watch.MaxLag = -1 }},
 
 		{name: "https without cert", edit: func(c *Config) { c.ListenClientURLs = []string{"https://127.0.0.1:2379"} },
 			wants: []string{"listen-client-urls", "tls.cert-file"}},
@@ -257,7 +258,7 @@ func TestValidate(t *testing.T) {
 		{name: "badger needs data dir", edit: func(c *Config) { c.DataDir = "" }, wants: []string{"data-dir"}},
 		{name: "bad http listen", edit: func(c *Config) { c.HTTP.Listen = "localhost" }, wants: []string{"http.listen"}},
 		{name: "zero progress interval", edit: func(c *Config) { c.Watch.ProgressNotifyInterval = 0 }, wants: []string{"watch.progress-notify-interval"}},
-		{name: "negative max lag", edit: func(c *Config) { c.Watch.MaxLag = -1 }, wants: []string{"watch.max-lag"}},
+		{name: "negative compaction interval", edit: func(c *Config) { c.Compaction.Interval = -time.Second }, wants: []string{"compaction.interval"}},
 		{name: "periodic without retention", edit: func(c *Config) { c.Compaction.Mode = "periodic" }, wants: []string{"compaction.retention"}},
 		{name: "revision without revisions", edit: func(c *Config) { c.Compaction.Mode = "revision" }, wants: []string{"compaction.revisions"}},
 		{name: "unknown compaction mode", edit: func(c *Config) { c.Compaction.Mode = "hourly" }, wants: []string{"compaction.mode", "hourly"}},

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/engramkv/engram/cmd/engram/internal/config"
+	"github.com/engramkv/engram/core/server"
+)
+
+func serveMain(args []string, stdout, stderr io.Writer) int {
+	cfg, err := config.Load(args, stdout)
+	if errors.Is(err, config.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "engram: %v\n\nRun 'engram serve --help' for usage.\n", err)
+		return 2
+	}
+	logger := newLogger(cfg.Log, stderr)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serve(ctx, stop, cfg, logger); err != nil {
+		logger.Error("engram stopped with an error", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(c config.Log, w io.Writer) *slog.Logger {
+	var level slog.Level
+	// config.Validate accepted only names slog knows.
+	_ = level.UnmarshalText([]byte(c.Level))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs the server until ctx is cancelled (a signal) or a listener
+// fails, then shuts down in the order that loses no acknowledged write:
+//
+//  1. /readyz turns unready and the gRPC servers stop accepting;
+//     in-flight calls get up to shutdown-timeout to finish, then the
+//     remaining connections (typically watch streams) are cut;
+//  2. server.Close finishes in-flight writes and stops background loops;
+//  3. the store is closed, flushing the engine;
+//  4. the HTTP endpoint goes last, so metrics stay scrapeable meanwhile.
+//
+// unhook restores the default signal behaviour once shutdown starts: a
+// second SIGINT/SIGTERM then kills the process at once, which is safe
+// because every acknowledged write is already durable in the store.
+func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.Logger) (err error) {
+	tlsConfig, err := loadTLS(cfg.TLS)
+	if err != nil {
+		return err
+	}
+
+	// Bind everything before the possibly long recovery, so a taken port
+	// fails the start at once. Clients that connect meanwhile wait in the
+	// accept backlog until gRPC serving starts.
+	listeners, err := listenClientURLs(ctx, cfg.ListenClientURLs)
+	if err != nil {
+		return err
+	}
+	defer closeListeners(listeners) // no-op after the gRPC servers took them
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector(),
+	)
+	ready := &readiness{}
+
+	var httpSrv *http.Server
+	if cfg.HTTP.Listen != "" {
+		var lc net.ListenConfig
+		hl, err := lc.Listen(ctx, "tcp", cfg.HTTP.Listen)
+		if err != nil {
+			return fmt.Errorf("http.listen: %w", err)
+		}
+		httpSrv = &http.Server{
+			Handler:           opsHandler(reg, ready),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		go func() {
+			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				logger.Error("http endpoint stopped", "err", err)
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if cerr := httpSrv.Shutdown(sctx); cerr != nil {
+				_ = httpSrv.Close()
+			}
+		}()
+		logger.Info("serving operational endpoint", "addr", hl.Addr().String(),
+			"paths", "/metrics /healthz /readyz /debug/pprof/")
+	}
+
+	store, err := openStore(cfg, logger.With("component", "storage"))
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := store.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
+		} else {
+			logger.Info("store closed")
+		}
+	}()
+
+	opts := server.Options{
+		Store:                  store,
+		Logger:                 logger,
+		Registerer:             reg,
+		ProgressNotifyInterval: cfg.Watch.ProgressNotifyInterval,
+		WatchMaxLag:            cfg.Watch.MaxLag,
+		Compaction: server.CompactionPolicy{
+			Mode:      cfg.Compaction.Mode,
+			Retention: cfg.Compaction.Retention,
+			Revisions: cfg.Compaction.Revisions,
+			Interval:  cfg.Compaction.Interval,
+		},
+		MaxRequestBytes:     cfg.Limits.MaxRequestBytes,
+		MaxTxnOps:           cfg.Limits.MaxTxnOps,
+		Name:                cfg.Name,
+		AdvertiseClientURLs: cfg.EffectiveAdvertiseClientURLs(),
+	}
+	logger.Info("recovering state", "engine", cfg.Storage.Engine)
+	srv, err := server.New(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			logger.Info("interrupted during recovery")
+			return nil
+		}
+		return fmt.Errorf("start server: %w", err)
+	}
+	defer func() {
+		// Bounded separately from the gRPC drain so a slow drain cannot
+		// eat the time the server needs to finish its writes.
+		cctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if cerr := srv.Close(cctx); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close server: %w", cerr))
+		} else {
+			logger.Info("server closed")
+		}
+	}()
+
+	// One gRPC server per transport: TLS credentials are a server option,
+	// so plaintext (http://, unix://) and TLS (https://) listeners cannot
+	// share one.
+	var plain, secure *grpc.Server
+	serveErr := make(chan error, len(listeners))
+	for _, l := range listeners {
+		gs, tc := &plain, (*tls.Config)(nil)
+		if l.secure() {
+			gs, tc = &secure, tlsConfig
+		}
+		if *gs == nil {
+			*gs = grpc.NewServer(server.GRPCServerOptions(opts, tc)...)
+			srv.Register(*gs)
+		}
+		go func(gs *grpc.Server, l clientListener) {
+			if err := gs.Serve(l); err != nil {
+				serveErr <- fmt.Errorf("serve %s: %w", l.url, err)
+			}
+		}(*gs, l)
+		logger.Info("serving etcd v3 API", "url", l.url, "addr", l.Addr().String())
+	}
+	ready.setCheck(srv.Ready)
+	logger.Info("engram started", "name", cfg.Name, "version", buildVersion())
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down: signal received (a second signal kills the process at once)")
+	case runErr = <-serveErr:
+		logger.Error("shutting down: listener failed", "err", runErr)
+	}
+	unhook()
+	ready.draining.Store(true)
+	stopGRPC(cfg.ShutdownTimeout, logger, plain, secure)
+	return runErr
+}
+
+// stopGRPC gracefully stops every non-nil server at once: listeners close,
+// in-flight calls run on. After timeout the remaining connections are cut;
+// watch streams, which never finish on their own, usually end that way.
+func stopGRPC(timeout time.Duration, logger *slog.Logger, servers ...*grpc.Server) {
+	var wg sync.WaitGroup
+	done := make(chan struct{})
+	var live []*grpc.Server
+	for _, gs := range servers {
+		if gs == nil {
+			continue
+		}
+		live = append(live, gs)
+		wg.Go(gs.GracefulStop)
+	}
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		logger.Info("grpc servers stopped gracefully")
+	case <-time.After(timeout):
+		logger.Info("grpc graceful stop timed out; closing remaining connections", "timeout", timeout)
+		for _, gs := range live {
+			gs.Stop()
+		}
+		<-done
+	}
+}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"github.com/engramkv/engram/cmd/engram/internal/config"
+)
+
+// loadTLS builds the server TLS configuration from the tls.* keys; nil when
+// TLS is not configured. With a client CA, every client must present a
+// certificate that CA signed: that is how kube-apiserver's
+// --etcd-certfile/--etcd-keyfile authenticate it to etcd.
+func loadTLS(c config.TLS) (*tls.Config, error) {
+	if c.CertFile == "" && c.KeyFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls.cert-file/tls.key-file: %w", err)
+	}
+	tc := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		MinVersion:   tls.VersionTLS12,
+	}
+	if c.ClientCAFile != "" {
+		pem, err := os.ReadFile(c.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls.client-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls.client-ca-file: %s holds no PEM certificate", c.ClientCAFile)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
