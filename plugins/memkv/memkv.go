@@ -1,0 +1,269 @@
+// Package memkv is an in-memory kv.Store for tests and benchmarks.
+//
+// It owns nothing but an ordered map held in a persistent (copy-on-write)
+// B-tree: a Commit builds a new version of the tree under a mutex and
+// publishes its root atomically, so Get never locks and Scan takes an O(1)
+// snapshot that later commits cannot disturb. It must stay a faithful,
+// dependency-free implementation of the kv contract, because the core's
+// tests and benchmarks use it as the reference adaptor; it must not grow
+// durability, eviction or any behaviour the contract does not ask for.
+package memkv
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+const (
+	// defaultBatchSize is the number of pairs per Next when the caller does
+	// not say: enough to amortise the call, small enough to stay in cache.
+	defaultBatchSize = 256
+	// maxBatchBytes cuts a batch early once it holds this many bytes, so a
+	// scan over large values does not build one huge batch.
+	maxBatchBytes = 4 << 20
+	// arenaChunk is the largest buffer a batch's pairs are copied into;
+	// one allocation serves many small pairs.
+	arenaChunk = 64 << 10
+)
+
+// Store is an in-memory kv.Store. The zero value is not usable; call New.
+type Store struct {
+	// mu serialises commits, which makes Commit trivially atomic and
+	// serial, and lets Close wait for the commit in flight.
+	mu     sync.Mutex
+	root   atomic.Pointer[node]
+	closed atomic.Bool
+}
+
+var _ kv.Store = (*Store)(nil)
+
+// New returns an empty store.
+func New() *Store { return &Store{} }
+
+// Features reports memkv's capabilities: none beyond the core, and no
+// durability.
+func (s *Store) Features() kv.Features {
+	return kv.Features{Name: "memkv", Durable: false}
+}
+
+// Get returns a copy of key's value, or kv.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, kv.ErrClosed
+	}
+	v, ok := lookup(s.root.Load(), key)
+	if !ok {
+		return nil, kv.ErrNotFound
+	}
+	// Stored values are shared by every snapshot; the caller gets its own.
+	return append([]byte{}, v...), nil
+}
+
+// Commit applies ops atomically. Conditions are checked against the state
+// left by the previous commit, which is exact because commits are serial.
+func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
+	if err := kv.ValidateBatch(ops); err != nil {
+		return fmt.Errorf("memkv: commit refused: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memkv: commit not applied: %w", err)
+	}
+	// Copy the batch before taking the lock: allocation is the costly part
+	// and needs no serialisation. Each op gets its own allocation rather
+	// than one per batch, so that overwriting one key of a batch frees its
+	// memory instead of being pinned by its neighbours.
+	items := make([]item, len(ops))
+	for i, op := range ops {
+		if op.Kind == kv.OpDelete || op.Kind == kv.OpCompareAndDelete {
+			continue
+		}
+		kl := len(op.Key)
+		buf := make([]byte, kl+len(op.Value))
+		copy(buf, op.Key)
+		copy(buf[kl:], op.Value)
+		items[i] = item{key: buf[:kl:kl], value: buf[kl:]}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return kv.ErrClosed
+	}
+	root := s.root.Load()
+	for i, op := range ops {
+		if !op.Kind.Conditional() {
+			continue
+		}
+		cur, exists := lookup(root, op.Key)
+		var ok bool
+		switch op.Kind {
+		case kv.OpPutIfAbsent:
+			ok = !exists
+		default: // CompareAndSwap, CompareAndDelete
+			ok = exists && bytes.Equal(cur, op.Expected)
+		}
+		if !ok {
+			c := &kv.ConflictError{Index: i, Key: append([]byte{}, op.Key...), Exists: exists}
+			if exists {
+				c.Current = append([]byte{}, cur...)
+			}
+			return c
+		}
+	}
+	t := tree{root: root, tok: new(token)}
+	for i, op := range ops {
+		switch op.Kind {
+		case kv.OpDelete:
+			// Deleting an absent key would still copy the path; skip it.
+			if _, ok := lookup(t.root, op.Key); ok {
+				t.remove(op.Key)
+			}
+		case kv.OpCompareAndDelete:
+			t.remove(op.Key)
+		default:
+			t.set(items[i])
+		}
+	}
+	s.root.Store(t.root)
+	return nil
+}
+
+// Scan opens an iterator over the current root. The snapshot is the root
+// pointer itself, so it is free to take and never blocks writers.
+func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
+	if s.closed.Load() {
+		return nil, kv.ErrClosed
+	}
+	it := &iterator{
+		store:   s,
+		cur:     cursor{reverse: opts.Reverse},
+		limit:   opts.Limit,
+		batch:   opts.BatchSize,
+		reverse: opts.Reverse,
+	}
+	if it.batch <= 0 {
+		it.batch = defaultBatchSize
+	}
+	if len(opts.End) > 0 {
+		it.end = append([]byte{}, opts.End...)
+	}
+	if len(opts.Start) > 0 {
+		it.start = append([]byte{}, opts.Start...)
+	}
+	if it.end != nil && bytes.Compare(it.start, it.end) >= 0 {
+		it.done = true
+		return it, nil
+	}
+	root := s.root.Load()
+	if opts.Reverse {
+		it.cur.seekLT(root, it.end)
+	} else {
+		it.cur.seekGE(root, it.start)
+	}
+	return it, nil
+}
+
+// Partitions returns the whole range: memkv does not split, so it does
+// not declare the Partitions feature.
+func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, error) {
+	if s.closed.Load() {
+		return nil, kv.ErrClosed
+	}
+	return []kv.Range{{Start: bytes.Clone(start), End: bytes.Clone(end)}}, nil
+}
+
+// Close drops the data. It waits for the commit in flight, if any; commits
+// queued behind it then fail with kv.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Swap(true) {
+		return kv.ErrClosed
+	}
+	s.root.Store(nil)
+	return nil
+}
+
+type iterator struct {
+	store *Store
+	// mu makes the iterator safe to share, as the contract asks of every
+	// method; it is uncontended in normal use.
+	mu         sync.Mutex
+	cur        cursor
+	start, end []byte
+	reverse    bool
+	limit      int // pairs still allowed when > 0
+	batch      int
+	yielded    int
+	done       bool
+}
+
+func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
+	if it.store.closed.Load() {
+		return nil, kv.ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	if it.done {
+		return nil, nil
+	}
+	n := it.batch
+	if it.limit > 0 {
+		n = min(n, it.limit-it.yielded)
+	}
+	pairs := make([]kv.Pair, 0, min(n, defaultBatchSize))
+	var arena []byte
+	size := 0
+	for len(pairs) < n && size < maxBatchBytes {
+		e, ok := it.cur.next()
+		if ok && it.reverse {
+			ok = bytes.Compare(e.key, it.start) >= 0
+		} else if ok && it.end != nil {
+			ok = bytes.Compare(e.key, it.end) < 0
+		}
+		if !ok {
+			it.finish()
+			break
+		}
+		need := len(e.key) + len(e.value)
+		if cap(arena)-len(arena) < need {
+			// Size the chunk for the rest of the batch, assuming its pairs
+			// are like this one, so a one-pair batch allocates one pair.
+			arena = make([]byte, 0, max(need, min(arenaChunk, need*(n-len(pairs)))))
+		}
+		off := len(arena)
+		arena = append(arena, e.key...)
+		arena = append(arena, e.value...)
+		kEnd := off + len(e.key)
+		// Full slice expressions keep a caller's append from running into
+		// the neighbouring pair.
+		pairs = append(pairs, kv.Pair{Key: arena[off:kEnd:kEnd], Value: arena[kEnd:len(arena):len(arena)]})
+		size += need
+	}
+	it.yielded += len(pairs)
+	if it.limit > 0 && it.yielded >= it.limit {
+		it.finish()
+	}
+	return pairs, nil
+}
+
+// finish ends the iteration and lets the snapshot go.
+func (it *iterator) finish() {
+	it.done = true
+	it.cur.stack = nil
+}
+
+func (it *iterator) Close() error {
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	it.finish()
+	return nil
+}
