@@ -144,7 +144,7 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		MaxRequestBytes:     cfg.Limits.MaxRequestBytes,
 		MaxTxnOps:           cfg.Limits.MaxTxnOps,
 		Name:                cfg.Name,
-		AdvertiseClientURLs: cfg.EffectiveAdvertiseClientURLs(),
+		AdvertiseClientURLs: advertiseURLs(cfg, listeners),
 	}
 	logger.Info("recovering state", "engine", cfg.Storage.Engine)
 	srv, err := server.New(ctx, opts)
@@ -229,4 +229,24 @@ func stopGRPC(timeout time.Duration, logger *slog.Logger, servers ...*grpc.Serve
 		}
 		<-done
 	}
+}
+
+// advertiseURLs is what MemberList reports: advertise-client-urls when set,
+// else the listen URLs, with a port 0 replaced by the port actually bound so
+// clients are never told to dial port 0.
+func advertiseURLs(cfg config.Config, listeners []clientListener) []string {
+	if len(cfg.AdvertiseClientURLs) > 0 {
+		return cfg.AdvertiseClientURLs
+	}
+	out := make([]string, 0, len(listeners))
+	for _, l := range listeners {
+		u := l.url
+		if l.parsed.Scheme != "unix" {
+			if _, port, err := net.SplitHostPort(l.parsed.Address); err == nil && port == "0" {
+				u = l.parsed.Scheme + "://" + l.Addr().String()
+			}
+		}
+		out = append(out, u)
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	etcdversion "go.etcd.io/etcd/api/v3/version"
 )
 
 // version is stamped at build time (make build passes
@@ -39,6 +41,9 @@ func versionMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "engram version: unexpected argument %q\n", args[0])
 		return 2
 	}
-	fmt.Fprintf(stdout, "engram %s\n%s %s/%s\n", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	// The etcd version is what Status reports to clients; kube-apiserver
+	// gates features on it.
+	fmt.Fprintf(stdout, "engram %s\netcd API %s\n%s %s/%s\n",
+		buildVersion(), etcdversion.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return 0
 }

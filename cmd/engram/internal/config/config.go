@@ -42,7 +42,8 @@ type Config struct {
 	ListenClientURLs []string `koanf:"listen-client-urls" help:"URLs to serve the etcd v3 gRPC API on (http://, https://, unix://)"`
 
 	// AdvertiseClientURLs are the client URLs reported in MemberList. Empty
-	// means "the listen-client-urls".
+	// means "the listen-client-urls" (with a port 0 replaced by the port
+	// actually bound).
 	AdvertiseClientURLs []string `koanf:"advertise-client-urls" help:"client URLs reported in member list (default: listen-client-urls)"`
 
 	// DataDir holds the storage engine's files; the badger engine keeps them
@@ -297,15 +298,6 @@ func (c *Config) Validate() error {
 		bad("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
-}
-
-// EffectiveAdvertiseClientURLs is what MemberList reports: the configured
-// advertise URLs, or the listen URLs when none are configured.
-func (c *Config) EffectiveAdvertiseClientURLs() []string {
-	if len(c.AdvertiseClientURLs) > 0 {
-		return c.AdvertiseClientURLs
-	}
-	return c.ListenClientURLs
 }
 
 // ClientURL is a parsed listen or advertise URL.
