@@ -18,8 +18,10 @@ func openStore(cfg config.Config, logger *slog.Logger) (kv.Store, error) {
 	switch cfg.Storage.Engine {
 	case config.EngineBadger:
 		opts := badgerkv.Options{
-			InMemory: cfg.Storage.Badger.InMemory,
-			Logger:   logger,
+			InMemory:       cfg.Storage.Badger.InMemory,
+			Logger:         logger,
+			GCInterval:     cfg.Storage.Badger.GCInterval,
+			BlockCacheSize: cfg.Storage.Badger.BlockCacheSize,
 		}
 		if !opts.InMemory {
 			// A subdirectory per engine leaves room beside it for files
@@ -32,7 +34,7 @@ func openStore(cfg config.Config, logger *slog.Logger) (kv.Store, error) {
 		}
 		st, err := badgerkv.Open(opts)
 		if err != nil {
-			return nil, fmt.Errorf("open badger store in %s: %w", opts.Dir, err)
+			return nil, fmt.Errorf("storage.engine=badger: %w", err)
 		}
 		return st, nil
 	case config.EngineMemKV:

@@ -89,11 +89,19 @@ type Storage struct {
 	Badger Badger `koanf:"badger"`
 }
 
-// Badger tunes the embedded badger engine.
+// Badger tunes the embedded badger engine (plugins/badger). Every commit is
+// fsynced before it is acknowledged; that is not configurable.
 type Badger struct {
-	// InMemory keeps badger's data in memory only (nothing is written to
-	// data-dir; everything is lost on exit).
+	// InMemory keeps badger's data in memory only: nothing is written to
+	// data-dir, everything is lost on exit, and values are limited to just
+	// under 1 MiB (no value log).
 	InMemory bool `koanf:"in-memory" help:"run badger without disk (data lost on exit)"`
+	// GCInterval is the pause between value-log garbage collection passes;
+	// a negative value disables value-log GC.
+	GCInterval time.Duration `koanf:"gc-interval" help:"pause between badger value-log GC passes (negative disables)"`
+	// BlockCacheSize bounds badger's cache of decompressed table blocks, in
+	// bytes; 0 uses the engine's default (64 MiB).
+	BlockCacheSize int64 `koanf:"block-cache-size" help:"badger block cache in bytes (0 = engine default)"`
 }
 
 // TLS configures the certificates of https:// listeners.
@@ -173,10 +181,13 @@ func Default() Config {
 		Name:             "default",
 		ListenClientURLs: []string{"http://127.0.0.1:2379"},
 		DataDir:          "./data",
-		Storage:          Storage{Engine: EngineBadger},
-		HTTP:             HTTP{Listen: "127.0.0.1:2381"},
-		Log:              Log{Level: "info", Format: "text"},
-		Watch:            Watch{ProgressNotifyInterval: 10 * time.Minute},
+		Storage: Storage{Engine: EngineBadger, Badger: Badger{
+			GCInterval:     10 * time.Minute,
+			BlockCacheSize: 64 << 20,
+		}},
+		HTTP:  HTTP{Listen: "127.0.0.1:2381"},
+		Log:   Log{Level: "info", Format: "text"},
+		Watch: Watch{ProgressNotifyInterval: 10 * time.Minute},
 		// etcd's defaults: 1.5 MiB and 128 operations.
 		Limits:          Limits{MaxRequestBytes: 1536 * 1024, MaxTxnOps: 128},
 		ShutdownTimeout: 5 * time.Second,
@@ -238,6 +249,9 @@ func (c *Config) Validate() error {
 	case EngineBadger:
 		if !c.Storage.Badger.InMemory && strings.TrimSpace(c.DataDir) == "" {
 			bad("data-dir", "must not be empty with storage.engine=badger")
+		}
+		if c.Storage.Badger.BlockCacheSize < 0 {
+			bad("storage.badger.block-cache-size", "must not be negative, got %d", c.Storage.Badger.BlockCacheSize)
 		}
 	case EngineMemKV:
 	default:

@@ -147,6 +147,7 @@ storage:
   engine: memkv
   badger:
     in-memory: true
+    gc-interval: -1s
 watch:
   progress-notify-interval: 90s
   max-lag: 5000
@@ -160,7 +161,9 @@ limits:
 	t.Setenv("ENGRAM_COMPACTION_RETENTION", "1h")
 	cfg := mustLoad(t, "--config", path, "--shutdown-timeout=2s")
 	want := Default()
-	want.Storage = Storage{Engine: EngineMemKV, Badger: Badger{InMemory: true}}
+	want.Storage.Engine = EngineMemKV
+	want.Storage.Badger.InMemory = true
+	want.Storage.Badger.GCInterval = -1 * time.Second
 	want.Watch = Watch{ProgressNotifyInterval: 90 * time.Second, MaxLag: 5000}
 	want.Compaction = Compaction{Mode: "revision", Revisions: 1000, Retention: time.Hour}
 	want.Limits = Limits{MaxRequestBytes: 2 << 20, MaxTxnOps: 256}
@@ -262,6 +265,7 @@ func TestValidate(t *testing.T) {
 		{name: "periodic without retention", edit: func(c *Config) { c.Compaction.Mode = "periodic" }, wants: []string{"compaction.retention"}},
 		{name: "revision without revisions", edit: func(c *Config) { c.Compaction.Mode = "revision" }, wants: []string{"compaction.revisions"}},
 		{name: "unknown compaction mode", edit: func(c *Config) { c.Compaction.Mode = "hourly" }, wants: []string{"compaction.mode", "hourly"}},
+		{name: "negative block cache", edit: func(c *Config) { c.Storage.Badger.BlockCacheSize = -1 }, wants: []string{"storage.badger.block-cache-size"}},
 		{name: "zero request bytes", edit: func(c *Config) { c.Limits.MaxRequestBytes = 0 }, wants: []string{"limits.max-request-bytes"}},
 		{name: "zero shutdown timeout", edit: func(c *Config) { c.ShutdownTimeout = 0 }, wants: []string{"shutdown-timeout"}},
 	} {
