@@ -1,0 +1,64 @@
+// Package etcdapi implements the etcd v3 gRPC services (KV, Watch, Lease,
+// Maintenance, Cluster, and an Auth service that says what it does not do)
+// on top of the MVCC backend, the watch hub and the lessor.
+//
+// It owns the wire contract: request validation with etcd's exact errors,
+// limits, response headers, watch stream framing and progress requests. It
+// must not hold data or decide semantics that belong to mvcc or watch; it
+// translates.
+package etcdapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/mvcc"
+)
+
+// toGRPC maps backend errors to the status errors etcd returns, because
+// clients (clientv3, kube-apiserver) match on their codes and texts.
+func toGRPC(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !isPlain(err) {
+		return err
+	}
+	switch {
+	case errors.Is(err, mvcc.ErrCompacted):
+		return rpctypes.ErrGRPCCompacted
+	case errors.Is(err, mvcc.ErrFutureRev):
+		return rpctypes.ErrGRPCFutureRev
+	case errors.Is(err, mvcc.ErrLeaseNotFound):
+		return rpctypes.ErrGRPCLeaseNotFound
+	case errors.Is(err, mvcc.ErrLeaseExists):
+		return rpctypes.ErrGRPCLeaseExist
+	case errors.Is(err, mvcc.ErrKeyNotFound):
+		return rpctypes.ErrGRPCKeyNotFound
+	case errors.Is(err, mvcc.ErrClosed):
+		return rpctypes.ErrGRPCStopped
+	case errors.Is(err, context.Canceled):
+		return rpctypes.ErrGRPCCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCDeadlineExceeded
+	case errors.Is(err, mvcc.ErrStoreConflict), errors.Is(err, mvcc.ErrUnavailable):
+		return status.Error(codes.Unavailable, fmt.Sprintf("engram: %v", err))
+	}
+	return status.Error(codes.Internal, fmt.Sprintf("engram: %v", err))
+}
+
+// isPlain reports whether err is an ordinary Go error that status.FromError
+// would only wrap as Unknown.
+func isPlain(err error) bool {
+	s, _ := status.FromError(err)
+	return s.Code() == codes.Unknown
+}
+
+func unimplemented(what string) error {
+	return status.Error(codes.Unimplemented, "engram: "+what)
+}

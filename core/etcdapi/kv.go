@@ -1,0 +1,96 @@
+package etcdapi
+
+import (
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+type kvServer struct {
+	pb.UnimplementedKVServer
+	s *Services
+}
+
+func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if err := k.s.limits.checkSize(r); err != nil {
+		return nil, err
+	}
+	if err := k.s.limits.checkRange(r); err != nil {
+		return nil, err
+	}
+	resp, err := k.s.b.Range(ctx, r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	k.s.fillHeader(&resp.Header, 0)
+	return resp, nil
+}
+
+func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
+	if err := k.s.limits.checkSize(r); err != nil {
+		return nil, err
+	}
+	if err := k.s.limits.checkPut(r); err != nil {
+		return nil, err
+	}
+	resp, err := k.s.b.Put(ctx, r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	k.s.fillHeader(&resp.Header, 0)
+	return resp, nil
+}
+
+func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
+	if err := k.s.limits.checkSize(r); err != nil {
+		return nil, err
+	}
+	if err := k.s.limits.checkDelete(r); err != nil {
+		return nil, err
+	}
+	resp, err := k.s.b.DeleteRange(ctx, r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	k.s.fillHeader(&resp.Header, 0)
+	return resp, nil
+}
+
+func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if err := k.s.limits.checkSize(r); err != nil {
+		return nil, err
+	}
+	if err := k.s.limits.checkTxn(r); err != nil {
+		return nil, err
+	}
+	resp, err := k.s.b.Txn(ctx, r)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	k.s.fillTxnHeaders(resp)
+	return resp, nil
+}
+
+func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
+	s.fillHeader(&resp.Header, 0)
+	for _, op := range resp.Responses {
+		switch r := op.Response.(type) {
+		case *pb.ResponseOp_ResponseRange:
+			s.fillHeader(&r.ResponseRange.Header, resp.Header.Revision)
+		case *pb.ResponseOp_ResponsePut:
+			s.fillHeader(&r.ResponsePut.Header, resp.Header.Revision)
+		case *pb.ResponseOp_ResponseDeleteRange:
+			s.fillHeader(&r.ResponseDeleteRange.Header, resp.Header.Revision)
+		case *pb.ResponseOp_ResponseTxn:
+			s.fillTxnHeaders(r.ResponseTxn)
+		}
+	}
+}
+
+func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	rev, err := k.s.b.Compact(ctx, r.Revision, r.Physical)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.CompactionResponse{Header: k.s.header(rev)}, nil
+}

@@ -1,0 +1,92 @@
+package etcdapi
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/lease"
+)
+
+type leaseServer struct {
+	pb.UnimplementedLeaseServer
+	s *Services
+}
+
+func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if r.TTL > lease.MaxTTL {
+		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	}
+	if r.ID < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "engram: lease ID %d is negative", r.ID)
+	}
+	id := r.ID
+	if id == 0 {
+		id = l.s.lessor.NewID()
+	}
+	ttl := l.s.lessor.EffectiveTTL(r.TTL)
+	rev, err := l.s.b.GrantLease(ctx, id, ttl)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.LeaseGrantResponse{Header: l.s.header(rev), ID: id, TTL: ttl}, nil
+}
+
+func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	rev, err := l.s.b.RevokeLease(ctx, r.ID)
+	if err != nil {
+		return nil, toGRPC(err)
+	}
+	return &pb.LeaseRevokeResponse{Header: l.s.header(rev)}, nil
+}
+
+func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		// etcd answers a keepalive for an unknown or expired lease with
+		// TTL 0 rather than an error.
+		ttl, err := l.s.lessor.Renew(req.ID)
+		if err != nil {
+			ttl = 0
+		}
+		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(l.s.b.Rev()), ID: req.ID, TTL: ttl}); err != nil {
+			return err
+		}
+	}
+}
+
+func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	info, err := l.s.lessor.Lookup(r.ID)
+	if err != nil {
+		// etcd reports a missing lease as TTL -1, not as an error.
+		return &pb.LeaseTimeToLiveResponse{Header: l.s.header(l.s.b.Rev()), ID: r.ID, TTL: -1}, nil
+	}
+	resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(l.s.b.Rev()), ID: r.ID, TTL: info.Remaining, GrantedTTL: info.TTL}
+	if r.Keys {
+		resp.Keys = l.s.lessor.Keys(r.ID)
+	}
+	return resp, nil
+}
+
+func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	ids := l.s.lessor.List()
+	resp := &pb.LeaseLeasesResponse{Header: l.s.header(l.s.b.Rev()), Leases: make([]*pb.LeaseStatus, len(ids))}
+	for i, id := range ids {
+		resp.Leases[i] = &pb.LeaseStatus{ID: id}
+	}
+	return resp, nil
+}

@@ -1,0 +1,271 @@
+package etcdapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/watch"
+)
+
+type watchServer struct {
+	pb.UnimplementedWatchServer
+	s *Services
+}
+
+// Watch serves one bidirectional watch stream: many watchers, one ordered
+// outgoing queue. Each watcher's loop queues its own responses, so a slow
+// client slows only its own stream.
+func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	ws := &watchStream{s: w.s, ctx: ctx, out: make(chan *pb.WatchResponse, 128), watchers: map[int64]*watch.Watcher{}}
+	defer ws.stopAll()
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- ws.sendLoop(stream) }()
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- ws.recvLoop(stream) }()
+	select {
+	case err := <-sendErr:
+		return err
+	case err := <-recvErr:
+		if err != nil {
+			return err
+		}
+		// The client closed its sending side; keep delivering until it
+		// goes away, as etcd does.
+		select {
+		case err := <-sendErr:
+			return err
+		case <-ctx.Done():
+			return nil
+		}
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+type watchStream struct {
+	s   *Services
+	ctx context.Context
+	out chan *pb.WatchResponse
+
+	mu       sync.Mutex
+	watchers map[int64]*watch.Watcher
+	nextID   int64
+	// progressTarget > 0 is a pending RequestProgress: it is answered once
+	// every watcher delivered everything up to at least this revision.
+	progressTarget int64
+}
+
+func (ws *watchStream) sendLoop(stream pb.Watch_WatchServer) error {
+	for {
+		select {
+		case <-ws.ctx.Done():
+			return nil
+		case resp := <-ws.out:
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// send queues resp; it gives up when ctx (a watcher's or the stream's) ends.
+func (ws *watchStream) send(ctx context.Context, resp *pb.WatchResponse) error {
+	select {
+	case ws.out <- resp:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-ws.ctx.Done():
+		return ws.ctx.Err()
+	}
+}
+
+func (ws *watchStream) recvLoop(stream pb.Watch_WatchServer) error {
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if status.Code(err) == codes.Canceled {
+				return nil
+			}
+			return err
+		}
+		switch r := req.RequestUnion.(type) {
+		case *pb.WatchRequest_CreateRequest:
+			if err := ws.create(r.CreateRequest); err != nil {
+				return err
+			}
+		case *pb.WatchRequest_CancelRequest:
+			if err := ws.cancel(r.CancelRequest.WatchId); err != nil {
+				return err
+			}
+		case *pb.WatchRequest_ProgressRequest:
+			ws.requestProgress()
+		}
+	}
+}
+
+func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
+	if len(cr.Key) == 0 {
+		// etcd treats an empty key as "\x00", the smallest key.
+		cr.Key = []byte{0}
+	}
+	if err := ws.s.limits.checkKey(cr.Key); err != nil {
+		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.s.hub.Head()), WatchId: cr.WatchId, Created: true, Canceled: true, CancelReason: status.Convert(err).Message()})
+	}
+	req := watch.Request{Key: cr.Key, End: cr.RangeEnd, StartRevision: cr.StartRevision, PrevKV: cr.PrevKv, ProgressNotify: cr.ProgressNotify}
+	for _, f := range cr.Filters {
+		switch f {
+		case pb.WatchCreateRequest_NOPUT:
+			req.NoPut = true
+		case pb.WatchCreateRequest_NODELETE:
+			req.NoDelete = true
+		}
+	}
+	head := ws.s.hub.Head()
+	if req.StartRevision <= 0 {
+		req.StartRevision = head + 1
+	}
+	ws.mu.Lock()
+	if cr.WatchId != 0 {
+		if _, dup := ws.watchers[cr.WatchId]; dup {
+			ws.mu.Unlock()
+			return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: cr.WatchId, Created: true, Canceled: true, CancelReason: "mvcc: duplicate watch ID provided"})
+		}
+		req.ID = cr.WatchId
+	} else {
+		for ws.watchers[ws.nextID] != nil {
+			ws.nextID++
+		}
+		req.ID = ws.nextID
+		ws.nextID++
+	}
+	// Reserve the ID before the created response so events cannot precede
+	// it and a concurrent create cannot take it.
+	ws.watchers[req.ID] = nil
+	ws.mu.Unlock()
+	if err := ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: req.ID, Created: true}); err != nil {
+		return err
+	}
+	w, err := ws.s.hub.Watch(ws.ctx, req, ws.sink, ws.checkProgress)
+	if err != nil {
+		ws.mu.Lock()
+		delete(ws.watchers, req.ID)
+		ws.mu.Unlock()
+		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: req.ID, Canceled: true, CancelReason: "engram: server is shutting down"})
+	}
+	ws.mu.Lock()
+	if _, ok := ws.watchers[req.ID]; ok {
+		ws.watchers[req.ID] = w
+	}
+	ws.mu.Unlock()
+	// A watcher that starts synced never advances, so a progress request
+	// that waited for it must be re-checked now.
+	ws.checkProgress()
+	return nil
+}
+
+// sink turns the hub's responses into etcd watch responses.
+func (ws *watchStream) sink(ctx context.Context, r watch.Response) error {
+	resp := &pb.WatchResponse{
+		Header:          ws.s.header(r.Revision),
+		WatchId:         r.WatchID,
+		Events:          r.Events,
+		Canceled:        r.Canceled,
+		CompactRevision: r.CompactRevision,
+		CancelReason:    r.Reason,
+	}
+	if r.Canceled {
+		ws.mu.Lock()
+		delete(ws.watchers, r.WatchID)
+		ws.mu.Unlock()
+		defer ws.checkProgress()
+	}
+	return ws.send(ctx, resp)
+}
+
+func (ws *watchStream) cancel(id int64) error {
+	ws.mu.Lock()
+	w, ok := ws.watchers[id]
+	delete(ws.watchers, id)
+	ws.mu.Unlock()
+	if !ok {
+		// etcd answers a cancel of an unknown watch with nothing.
+		return nil
+	}
+	if w != nil {
+		w.Stop()
+	}
+	if err := ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.s.hub.Head()), WatchId: id, Canceled: true}); err != nil {
+		return err
+	}
+	ws.checkProgress()
+	return nil
+}
+
+// requestProgress answers a RequestProgress once all watchers of the stream
+// are synced, with watch ID -1, as etcd >= 3.5.13 does.
+func (ws *watchStream) requestProgress() {
+	target := ws.s.hub.Head()
+	ws.mu.Lock()
+	if ws.progressTarget == 0 || target > ws.progressTarget {
+		ws.progressTarget = target
+	}
+	ws.mu.Unlock()
+	ws.checkProgress()
+}
+
+// checkProgress sends the pending progress response if every watcher has
+// delivered everything up to the target. The revision sent is the lowest
+// delivered revision, which is >= the target and is a true statement for
+// every watcher on the stream.
+func (ws *watchStream) checkProgress() {
+	ws.mu.Lock()
+	if ws.progressTarget == 0 {
+		ws.mu.Unlock()
+		return
+	}
+	rev := ws.s.hub.Head()
+	for _, w := range ws.watchers {
+		if w == nil {
+			ws.mu.Unlock()
+			return // being created; its loop will report progress
+		}
+		d := w.Delivered()
+		if d < ws.progressTarget {
+			ws.mu.Unlock()
+			return
+		}
+		rev = min(rev, d)
+	}
+	rev = max(rev, ws.progressTarget)
+	ws.progressTarget = 0
+	ws.mu.Unlock()
+	_ = ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(rev), WatchId: -1})
+}
+
+func (ws *watchStream) stopAll() {
+	ws.mu.Lock()
+
+	watchers := make([]*watch.Watcher, 0, len(ws.watchers))
+	for _, w := range ws.watchers {
+		if w != nil {
+			watchers = append(watchers, w)
+		}
+	}
+	ws.watchers = map[int64]*watch.Watcher{}
+	ws.mu.Unlock()
+	for _, w := range watchers {
+		w.Stop()
+	}
+}

@@ -1,0 +1,219 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/binary"
+	"time"
+
+	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/kv"
+)
+
+// Compaction has two steps, as in etcd:
+//
+//  1. Logical: Compact records the compacted revision durably and at once;
+//     from then on reads and watches below it fail with ErrCompacted.
+//  2. Physical: a background loop removes what no read at or above the
+//     compacted revision can observe. It is driven by the change log, so its
+//     cost is proportional to the changes since the last compaction, not to
+//     the size of the store:
+//     - for each key changed in [previous, target), every object version
+//     below target except the latest one (kept for reads at target and for
+//     prev_kv of later events), and that one too if it is a tombstone;
+//     - revision keys holding such tombstones (through the writer, so it
+//     never races a re-create of the key);
+//     - change-log records below target.
+//     It waits until no read is pinned below target, and persists its
+//     progress, so a restart resumes it.
+
+const compactChunk = 512
+
+// Compact compacts the history below rev. It returns the current revision.
+// With wait, it returns once the physical compaction has finished.
+func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, error) {
+	b.compactMu.Lock()
+	cur := b.clock.Current()
+	if rev <= b.compactRev.Load() {
+		b.compactMu.Unlock()
+		return cur, ErrCompacted
+	}
+	if rev > cur {
+		b.compactMu.Unlock()
+		return cur, ErrFutureRev
+	}
+	if err := b.store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaCompact), compactRecord(rev, b.physical.Load()))}); err != nil {
+		b.compactMu.Unlock()
+		return cur, storageErr("persist compacted revision", err)
+	}
+	b.compactRev.Store(rev)
+	b.compactMu.Unlock()
+	b.kickCompaction()
+	if wait {
+		for b.physical.Load() < rev {
+			select {
+			case <-ctx.Done():
+				return cur, ctx.Err()
+			case <-b.stopCh:
+				return cur, ErrClosed
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return cur, nil
+}
+
+func compactRecord(logical, physical int64) []byte {
+	v := binary.BigEndian.AppendUint64(nil, uint64(logical))
+	return binary.BigEndian.AppendUint64(v, uint64(physical))
+}
+
+func (b *Backend) kickCompaction() {
+	select {
+	case b.compactReq <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Backend) compactLoop() {
+	defer b.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-b.stopCh
+		cancel()
+	}()
+	for {
+		select {
+		case <-b.stopCh:
+			return
+		case <-b.compactReq:
+		}
+		for {
+			target := b.compactRev.Load()
+			from := b.physical.Load()
+			if from >= target {
+				break
+			}
+			if err := b.compactPhysical(ctx, from, target); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				b.log.Warn("physical compaction failed; retrying", "target", target, "err", err)
+				select {
+				case <-time.After(time.Second):
+				case <-b.stopCh:
+					return
+				}
+				continue
+			}
+		}
+	}
+}
+
+func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error {
+	start := time.Now()
+	for b.pinnedBelow(target) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	// Keys changed in [from, target), each once.
+	seen := map[string]struct{}{}
+	var keys [][]byte
+	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(target), BatchSize: 512}, func(p kv.Pair) error {
+		cs, err := decodeChanges(p.Value)
+		if err != nil {
+			return err
+		}
+		for _, c := range cs {
+			if _, ok := seen[string(c.key)]; !ok {
+				seen[string(c.key)] = struct{}{}
+				keys = append(keys, append([]byte(nil), c.key...))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var dels []kv.Op
+	var tombstones [][]byte
+	flush := func() error {
+		if len(dels) == 0 {
+			return nil
+		}
+		err := b.store.Commit(ctx, dels)
+		dels = dels[:0]
+		return err
+	}
+	for _, k := range keys {
+		var versions []kv.Pair
+		s, e := coder.ObjectVersions(k, 0, target-1)
+		if err := scanAll(ctx, b.store, kv.ScanOptions{Start: s, End: e}, func(p kv.Pair) error {
+			versions = append(versions, p)
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(versions) == 0 {
+			continue
+		}
+		last := versions[len(versions)-1]
+		for _, v := range versions[:len(versions)-1] {
+			dels = append(dels, kv.Delete(v.Key))
+		}
+		h, _, err := decodeHeader(last.Value)
+		if err != nil {
+			return err
+		}
+		if h.tombstone {
+			dels = append(dels, kv.Delete(last.Key))
+			tombstones = append(tombstones, k)
+		}
+		if len(dels) >= compactChunk {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	for len(tombstones) > 0 {
+		n := min(len(tombstones), compactChunk)
+		if _, err := b.submit(ctx, &request{kind: reqCleanTombstones, keys: tombstones[:n], below: target}); err != nil {
+			return err
+		}
+		tombstones = tombstones[n:]
+	}
+	// The change log below target goes last: until it is gone, a crash
+	// makes the next run find the same keys again.
+	for rev := from; rev < target; {
+		end := min(rev+compactChunk, target)
+		var ops []kv.Op
+		if err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(rev), End: coder.EventKey(end)}, func(p kv.Pair) error {
+			ops = append(ops, kv.Delete(p.Key))
+			return nil
+		}); err != nil {
+			return err
+		}
+		if len(ops) > 0 {
+			if err := b.store.Commit(ctx, ops); err != nil {
+				return err
+			}
+		}
+		rev = end
+	}
+	b.compactMu.Lock()
+	err = b.store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaCompact), compactRecord(b.compactRev.Load(), target))})
+	b.compactMu.Unlock()
+	if err != nil {
+		return err
+	}
+	b.physical.Store(target)
+	b.log.Debug("physical compaction done", "from", from, "to", target, "keys", len(keys), "took", time.Since(start))
+	return nil
+}
+

@@ -1,0 +1,157 @@
+package mvcc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// header is the metadata of one version of a key. The revision key holds the
+// header of the latest version; each object key holds its version's header
+// followed by the value, so a read at a past revision needs nothing else.
+type header struct {
+	modRev    int64
+	createRev int64
+	version   int64
+	lease     int64
+	tombstone bool
+}
+
+const (
+	recordFormat  = 1
+	flagTombstone = 1 << 0
+)
+
+var errBadRecord = errors.New("mvcc: malformed record")
+
+// appendHeader encodes h: a format byte, a flags byte and four uvarints.
+func appendHeader(dst []byte, h header) []byte {
+	var flags byte
+	if h.tombstone {
+		flags |= flagTombstone
+	}
+	dst = append(dst, recordFormat, flags)
+	dst = binary.AppendUvarint(dst, uint64(h.modRev))
+	dst = binary.AppendUvarint(dst, uint64(h.createRev))
+	dst = binary.AppendUvarint(dst, uint64(h.version))
+	dst = binary.AppendUvarint(dst, uint64(h.lease))
+	return dst
+}
+
+func encodeHeader(h header) []byte {
+	return appendHeader(make([]byte, 0, 2+4*binary.MaxVarintLen64), h)
+}
+
+// encodeObject encodes a version record: header then value.
+func encodeObject(h header, value []byte) []byte {
+	dst := appendHeader(make([]byte, 0, 2+4*5+len(value)), h)
+	return append(dst, value...)
+}
+
+// decodeHeader decodes a header and returns the bytes after it (the value of
+// an object record).
+func decodeHeader(b []byte) (header, []byte, error) {
+	var h header
+	if len(b) < 2 {
+		return h, nil, fmt.Errorf("%w: %d bytes", errBadRecord, len(b))
+	}
+	if b[0] != recordFormat {
+		return h, nil, fmt.Errorf("%w: unknown format %d", errBadRecord, b[0])
+	}
+	h.tombstone = b[1]&flagTombstone != 0
+	b = b[2:]
+	fields := [4]*int64{&h.modRev, &h.createRev, &h.version, &h.lease}
+	for i, f := range fields {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return h, nil, fmt.Errorf("%w: field %d", errBadRecord, i)
+		}
+		*f = int64(v)
+		b = b[n:]
+	}
+	return h, b, nil
+}
+
+// change is one key's change in a revision, as kept in the change log.
+type change struct {
+	deleted bool
+	key     []byte
+	// prevRev is the revision of the key's previous live version, or 0 when
+	// the change created the key. It lets a watch from history fill prev_kv
+	// with one point read.
+	prevRev int64
+}
+
+// encodeChanges encodes the change-log record of one revision.
+func encodeChanges(cs []change) []byte {
+	n := 2
+	for _, c := range cs {
+		n += 1 + binary.MaxVarintLen64*2 + len(c.key)
+	}
+	dst := make([]byte, 0, n)
+	dst = append(dst, recordFormat)
+	dst = binary.AppendUvarint(dst, uint64(len(cs)))
+	for _, c := range cs {
+		var t byte
+		if c.deleted {
+			t = 1
+		}
+		dst = append(dst, t)
+		dst = binary.AppendUvarint(dst, uint64(len(c.key)))
+		dst = append(dst, c.key...)
+		dst = binary.AppendUvarint(dst, uint64(c.prevRev))
+	}
+	return dst
+}
+
+func decodeChanges(b []byte) ([]change, error) {
+	if len(b) < 1 || b[0] != recordFormat {
+		return nil, fmt.Errorf("%w: change log format", errBadRecord)
+	}
+	b = b[1:]
+	cnt, n := binary.Uvarint(b)
+	if n <= 0 || cnt > uint64(len(b)) {
+		return nil, fmt.Errorf("%w: change count", errBadRecord)
+	}
+	b = b[n:]
+	cs := make([]change, 0, cnt)
+	for i := uint64(0); i < cnt; i++ {
+		if len(b) < 1 {
+			return nil, fmt.Errorf("%w: change %d truncated", errBadRecord, i)
+		}
+		c := change{deleted: b[0] == 1}
+		b = b[1:]
+		kl, n := binary.Uvarint(b)
+		if n <= 0 || kl > uint64(len(b)-n) {
+			return nil, fmt.Errorf("%w: change %d key", errBadRecord, i)
+		}
+		c.key = b[n : n+int(kl)]
+		b = b[n+int(kl):]
+		pr, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, fmt.Errorf("%w: change %d prev revision", errBadRecord, i)
+		}
+		c.prevRev = int64(pr)
+		b = b[n:]
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// leaseRecord is the durable part of a lease: its ID and granted TTL. Expiry
+// is not stored: like etcd, a restarted server gives every lease its full TTL
+// again, so a restart never expires a lease early.
+func encodeLease(ttl int64) []byte {
+	return binary.AppendUvarint([]byte{recordFormat}, uint64(ttl))
+}
+
+func decodeLease(b []byte) (int64, error) {
+	if len(b) < 2 || b[0] != recordFormat {
+		return 0, fmt.Errorf("%w: lease record", errBadRecord)
+	}
+	v, n := binary.Uvarint(b[1:])
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: lease ttl", errBadRecord)
+	}
+	return int64(v), nil
+}

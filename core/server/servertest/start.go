@@ -1,0 +1,103 @@
+package servertest
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/engramkv/engram/core/server"
+	"github.com/engramkv/engram/plugins/memkv"
+)
+
+func start(t testing.TB, opts Options) *Server {
+	store := opts.Store
+	if store == nil {
+		mem := memkv.New()
+		store = mem
+		t.Cleanup(func() { _ = mem.Close() })
+	}
+	logLevel := slog.LevelWarn
+	if os.Getenv("ENGRAM_TEST_LOG") != "" {
+		logLevel = slog.LevelDebug
+	}
+	sopts := server.Options{
+		Store:                  store,
+		Logger:                 slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
+		ProgressNotifyInterval: opts.ProgressNotifyInterval,
+		Name:                   "servertest",
+	}
+	var (
+		l        net.Listener
+		err      error
+		endpoint string
+	)
+	if opts.Unix {
+		dir, derr := os.MkdirTemp("", "engram-sock")
+		if derr != nil {
+			t.Fatalf("servertest: socket dir: %v", derr)
+		}
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+		path := filepath.Join(dir, "engram.sock")
+		l, err = net.Listen("unix", path)
+		endpoint = "unix://" + path
+	} else {
+		l, err = net.Listen("tcp", "127.0.0.1:0")
+		if err == nil {
+			endpoint = l.Addr().String()
+		}
+	}
+	if err != nil {
+		t.Fatalf("servertest: listen: %v", err)
+	}
+	sopts.AdvertiseClientURLs = []string{endpoint}
+	srv, err := server.New(context.Background(), sopts)
+	if err != nil {
+		t.Fatalf("servertest: start server: %v", err)
+	}
+	gs := grpc.NewServer(server.GRPCServerOptions(sopts, nil)...)
+	srv.Register(gs)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		_ = gs.Serve(l)
+	}()
+	t.Cleanup(func() {
+		stopped := make(chan struct{})
+		go func() {
+			gs.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			gs.Stop()
+		}
+		<-served
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Close(ctx); err != nil {
+			t.Errorf("servertest: close: %v", err)
+		}
+	})
+	return &Server{Endpoint: endpoint}
+}
+
+func client(t testing.TB, s *Server) *clientv3.Client {
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{s.Endpoint},
+		DialTimeout: 5 * time.Second,
+		Logger:      nil,
+	})
+	if err != nil {
+		t.Fatalf("servertest: client: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
