@@ -216,4 +216,3 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 	b.log.Debug("physical compaction done", "from", from, "to", target, "keys", len(keys), "took", time.Since(start))
 	return nil
 }
-

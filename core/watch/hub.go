@@ -46,7 +46,6 @@ type Source interface {
 	Events(ctx context.Context, from, to int64, max int) (events []*mvccpb.Event, next int64, err error)
 }
 
-
 // Options configure a Hub.
 type Options struct {
 	// TailEvents is how many recent events stay in memory.
