@@ -125,7 +125,7 @@ func (cfg Config) caseLarge(ctx context.Context, t T, s kv.Store) {
 		return b
 	}
 	maxV := random(cfg.MaxValueSize)
-	mib := random(1<<20 + 1)
+	mib := random(min(1<<20+1, cfg.MaxValueSize))
 	longA := bytes.Repeat([]byte{0xFF}, cfg.MaxKeySize)
 	longB := append(bytes.Repeat([]byte{0xFF}, cfg.MaxKeySize-1), 0x00)
 	longC := append(bytes.Repeat([]byte{0xFF}, cfg.MaxKeySize/2), random(cfg.MaxKeySize/2)...)
