@@ -1,0 +1,371 @@
+// Package badger is Engram's default embedded, durable kv.Store, built on
+// github.com/dgraph-io/badger/v3.
+//
+// It owns the mapping of the kv contract onto one badger database: key
+// encoding, durable group commit, snapshot iteration and the engine's
+// housekeeping (value-log GC, logging). It must not interpret keys or
+// values (revisions, leases and MVCC belong to the core), must not expose
+// badger types, and must not let badger's own error vocabulary leak out:
+// callers see only the errors of package kv, wrapped with context.
+//
+// # Writes
+//
+// Every Commit goes to one committer goroutine, which takes all batches
+// queued while the previous group was being written and applies them in one
+// badger transaction: one WAL write, one fsync. Badger's own write path
+// cannot share fsyncs this way, because it syncs its WAL once per
+// transaction even when it batches several into one write (see
+// BenchmarkBaseline). Within a group, batches are evaluated in arrival
+// order against the transaction's state, so each batch sees the batches
+// before it; a batch whose condition fails contributes nothing and does not
+// affect the others. Because there is a single writer, badger's optimistic
+// conflict detection is switched off and ErrConflict cannot occur.
+//
+// # Reads
+//
+// Get and Scan use read-only badger transactions, which are snapshots at
+// the newest completed commit. An iterator pins its snapshot (and the
+// versions and value-log files it needs) until it is exhausted or closed; a
+// forgotten iterator delays compaction and value-log GC until Close.
+package badger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	badgerdb "github.com/dgraph-io/badger/v3"
+	"github.com/dgraph-io/badger/v3/options"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+// Limits of this adaptor that are tighter than the kv contract's.
+const (
+	// MaxKeySize is the longest key the adaptor stores. Badger refuses keys
+	// over 65000 bytes (its table format stores key lengths in 16 bits,
+	// with room for an 8-byte version), and the adaptor spends one byte on
+	// its namespace prefix. kv.MaxKeySize (65536) is therefore out of
+	// reach; Commit refuses longer keys with an error.
+	MaxKeySize = 65000 - 1
+	// MaxInMemoryValueSize is the largest value an InMemory store takes:
+	// with no value log, values must stay below badger's 1 MiB value
+	// threshold. (Badger v3 accepts a value of exactly the threshold and
+	// then panics writing it, so the adaptor checks this itself.)
+	MaxInMemoryValueSize = 1<<20 - 1
+)
+
+const (
+	// dataPrefix namespaces every user key. Badger reserves keys starting
+	// with "!badger!", which the contract requires us to accept; prefixing
+	// makes every user key legal and sorts all of them after badger's
+	// internal keys ('!' < 'd'), leaving other letters free for the
+	// adaptor's own metadata later.
+	dataPrefix = 'd'
+
+	defaultBlockCacheSize = 64 << 20
+	defaultGCInterval     = 10 * time.Minute
+	defaultGCDiscardRatio = 0.5
+	// maxGCRounds bounds one GC pass, so Close never waits on a long GC.
+	maxGCRounds = 8
+
+	// maxGroup caps the batches merged into one badger transaction, which
+	// bounds the latency the last batch of a group adds to the first.
+	maxGroup = 1024
+	// queueDepth lets committers enqueue while a group is being written,
+	// which is what forms the next group.
+	queueDepth = 4 * maxGroup
+
+	defaultBatchSize = 256
+	maxBatchBytes    = 4 << 20
+	arenaChunk       = 64 << 10
+)
+
+// Options configures Open.
+type Options struct {
+	// Dir holds the database. Required unless InMemory is set.
+	Dir string
+	// InMemory keeps everything in memory, for tests; nothing is durable
+	// and values are limited to MaxInMemoryValueSize.
+	InMemory bool
+	// Logger receives badger's warnings and errors (its info and debug
+	// chatter at debug level). Nil discards them.
+	Logger *slog.Logger
+	// GCInterval is the pause between value-log GC passes; 0 means ten
+	// minutes and a negative value disables GC.
+	GCInterval time.Duration
+	// BlockCacheSize bounds the cache of decompressed table blocks; 0 means
+	// 64 MiB.
+	BlockCacheSize int64
+}
+
+// Store is the badger adaptor. It is safe for concurrent use.
+type Store struct {
+	db       *badgerdb.DB
+	log      *slog.Logger
+	inMemory bool
+
+	// Badger's per-transaction limits, read once at Open; the committer
+	// cuts groups so that no transaction exceeds them.
+	maxTxnSize     int64
+	maxTxnCount    int64
+	valueThreshold int64
+
+	// gate is held shared by every call that touches the engine and
+	// exclusively by Close, so Close waits for in-flight calls (including
+	// Commits waiting for their group's fsync) and nothing touches the
+	// engine after it is closed.
+	gate   sync.RWMutex
+	closed bool
+
+	reqs          chan *commitReq
+	committerDone chan struct{}
+	stopGC        chan struct{}
+	gcDone        chan struct{}
+
+	itersMu sync.Mutex
+	iters   map[*iterator]struct{}
+
+	stats struct {
+		batches, groups, conflicts atomic.Uint64
+	}
+}
+
+var _ kv.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the database described by opts.
+func Open(opts Options) (*Store, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("engine", "badger")
+	if opts.InMemory && opts.Dir != "" {
+		return nil, errors.New("badger: open: InMemory and Dir are exclusive")
+	}
+	if !opts.InMemory && opts.Dir == "" {
+		return nil, errors.New("badger: open: Dir is required unless InMemory is set")
+	}
+	cache := opts.BlockCacheSize
+	if cache <= 0 {
+		cache = defaultBlockCacheSize
+	}
+	bo := badgerdb.DefaultOptions(opts.Dir).
+		WithInMemory(opts.InMemory).
+		// Every acknowledged Commit must survive a crash; the committer
+		// makes this affordable by sharing one sync per group.
+		WithSyncWrites(true).
+		// The core keeps its own MVCC history in keys; older badger
+		// versions are garbage the moment they are overwritten.
+		WithNumVersionsToKeep(1).
+		// One goroutine writes, so optimistic conflict detection would only
+		// cost memory (and ErrConflict must never reach callers).
+		WithDetectConflicts(false).
+		// Kubernetes objects are JSON (CRDs, managedFields) or protobuf and
+		// compress well with Snappy, whose CPU cost is small next to the
+		// compaction I/O it saves. Compressed blocks need a block cache;
+		// badger's 256 MiB default is too much for a small control plane.
+		WithCompression(options.Snappy).
+		WithBlockCacheSize(cache).
+		// Values up to the 1 MiB threshold live in the LSM tree, where
+		// compaction reclaims them; only rare huge values reach the value
+		// log, so it can use smaller files that GC can reclaim sooner.
+		WithValueLogFileSize(256 << 20).
+		// Badger's expvar metrics are process-global; the core exports
+		// its own.
+		WithMetricsEnabled(false).
+		WithLogger(slogLogger{logger}).
+		WithLoggingLevel(badgerdb.WARNING)
+	db, err := badgerdb.Open(bo)
+	if err != nil {
+		return nil, fmt.Errorf("badger: open %q: %w", opts.Dir, err)
+	}
+	s := &Store{
+		db:             db,
+		log:            logger,
+		inMemory:       opts.InMemory,
+		maxTxnSize:     db.MaxBatchSize(),
+		maxTxnCount:    db.MaxBatchCount(),
+		valueThreshold: bo.ValueThreshold,
+		reqs:           make(chan *commitReq, queueDepth),
+		committerDone:  make(chan struct{}),
+		stopGC:         make(chan struct{}),
+		gcDone:         make(chan struct{}),
+		iters:          make(map[*iterator]struct{}),
+	}
+	go s.runCommitter()
+	interval := opts.GCInterval
+	if interval == 0 {
+		interval = defaultGCInterval
+	}
+	if interval > 0 && !opts.InMemory {
+		go s.runGC(interval)
+	} else {
+		close(s.gcDone)
+	}
+	return s, nil
+}
+
+// Features reports a durable engine without optional capabilities.
+func (s *Store) Features() kv.Features {
+	return kv.Features{Name: "badger", Durable: true}
+}
+
+// Stats counts the work of the committer since Open.
+type Stats struct {
+	// Batches is the number of batches applied (conflicting ones excluded).
+	Batches uint64
+	// Groups is the number of badger transactions written, each one WAL
+	// write and one fsync. Batches/Groups is the group-commit factor.
+	Groups uint64
+	// Conflicts is the number of batches refused with a *kv.ConflictError.
+	Conflicts uint64
+}
+
+// Stats returns the committer's counters.
+func (s *Store) Stats() Stats {
+	return Stats{
+		Batches:   s.stats.batches.Load(),
+		Groups:    s.stats.groups.Load(),
+		Conflicts: s.stats.conflicts.Load(),
+	}
+}
+
+// dataKey returns key in the adaptor's namespace.
+func dataKey(key []byte) []byte {
+	k := make([]byte, 1+len(key))
+	k[0] = dataPrefix
+	copy(k[1:], key)
+	return k
+}
+
+// Get returns a copy of key's value, or kv.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return nil, kv.ErrClosed
+	}
+	if len(key) == 0 || len(key) > MaxKeySize {
+		return nil, kv.ErrNotFound // no such key can have been stored
+	}
+	txn := s.db.NewTransaction(false)
+	defer txn.Discard()
+	item, err := txn.Get(dataKey(key))
+	if errors.Is(err, badgerdb.ErrKeyNotFound) {
+		return nil, kv.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("badger: get %q: %w", key, err)
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, fmt.Errorf("badger: get %q: read value: %w", key, err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, nil
+}
+
+// Partitions returns the whole range: badger's table boundaries could
+// provide split points, but the core does not need them at the sizes an
+// embedded engine serves, so the feature is not declared.
+func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return nil, kv.ErrClosed
+	}
+	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// Close waits for in-flight calls and queued commits, stops GC, releases
+// open iterators and closes the database. Later calls return kv.ErrClosed.
+func (s *Store) Close() error {
+	s.gate.Lock()
+	defer s.gate.Unlock()
+	if s.closed {
+		return kv.ErrClosed
+	}
+	s.closed = true
+	// No Commit holds the gate, so none is queued or waiting: closing the
+	// queue lets the committer finish its last group and exit.
+	close(s.reqs)
+	<-s.committerDone
+	close(s.stopGC)
+	<-s.gcDone
+
+	s.itersMu.Lock()
+	open := make([]*iterator, 0, len(s.iters))
+	for it := range s.iters {
+		open = append(open, it)
+	}
+	s.itersMu.Unlock()
+	for _, it := range open {
+		it.Close()
+	}
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("badger: close: %w", err)
+	}
+	return nil
+}
+
+// runGC reclaims value-log space left by overwritten large values.
+func (s *Store) runGC(interval time.Duration) {
+	defer close(s.gcDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stopGC:
+			return
+		case <-t.C:
+		}
+		for range maxGCRounds {
+			err := s.db.RunValueLogGC(defaultGCDiscardRatio)
+			if err != nil {
+				// ErrNoRewrite: nothing worth rewriting; ErrRejected: a
+				// GC is already running or the DB is closing.
+				if !errors.Is(err, badgerdb.ErrNoRewrite) && !errors.Is(err, badgerdb.ErrRejected) {
+					s.log.Warn("value log GC failed", "err", err)
+				}
+				break
+			}
+			select {
+			case <-s.stopGC:
+				return
+			default:
+			}
+		}
+	}
+}
+
+// slogLogger routes badger's logging into slog. Badger logs routine
+// progress (compactions, flushes) at info level; that is debug for us.
+type slogLogger struct{ l *slog.Logger }
+
+func (b slogLogger) Errorf(f string, args ...any)   { b.emit(slog.LevelError, f, args) }
+func (b slogLogger) Warningf(f string, args ...any) { b.emit(slog.LevelWarn, f, args) }
+func (b slogLogger) Infof(f string, args ...any)    { b.emit(slog.LevelDebug, f, args) }
+func (b slogLogger) Debugf(f string, args ...any)   { b.emit(slog.LevelDebug, f, args) }
+
+func (b slogLogger) emit(level slog.Level, f string, args []any) {
+	ctx := context.Background()
+	if !b.l.Enabled(ctx, level) {
+		return // spare the Sprintf
+	}
+	b.l.Log(ctx, level, strings.TrimSpace(fmt.Sprintf(f, args...)))
+}

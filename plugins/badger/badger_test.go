@@ -1,0 +1,269 @@
+package badger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvtest"
+)
+
+// suiteConfig declares the adaptor's deviation from the contract: badger
+// cannot store keys of kv.MaxKeySize bytes (see MaxKeySize).
+var suiteConfig = kvtest.Config{MaxKeySize: MaxKeySize}
+
+func openDisk(t *testing.T, dir string) *Store {
+	t.Helper()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	kvtest.RunConfig(t, suiteConfig, func(t *testing.T) kv.Store { return openDisk(t, t.TempDir()) })
+}
+
+func TestConformanceInMemory(t *testing.T) {
+	cfg := suiteConfig
+	cfg.MaxValueSize = MaxInMemoryValueSize
+	kvtest.RunConfig(t, cfg, func(t *testing.T) kv.Store {
+		s, err := Open(Options{InMemory: true})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	})
+}
+
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openDisk(t, dir)
+	big := bytes.Repeat([]byte("v"), 2<<20) // lands in the value log
+	var ops []kv.Op
+	for i := range 100 {
+		ops = append(ops, kv.Put(fmt.Appendf(nil, "k/%03d", i), fmt.Appendf(nil, "v%d", i)))
+	}
+	ops = append(ops, kv.Put([]byte("big"), big), kv.Put([]byte("!badger!head"), []byte("mine")), kv.Put([]byte("empty"), nil))
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.Delete([]byte("k/050")), kv.CompareAndSwap([]byte("k/051"), []byte("v51"), []byte("x"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openDisk(t, dir)
+	defer s.Close()
+	check := func(k string, want []byte) {
+		t.Helper()
+		got, err := s.Get(ctx, []byte(k))
+		if want == nil {
+			if !errors.Is(err, kv.ErrNotFound) {
+				t.Errorf("Get(%q) after reopen = %q, %v; want ErrNotFound", k, got, err)
+			}
+			return
+		}
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("Get(%q) after reopen = %.20q, %v; want %.20q", k, got, err, want)
+		}
+	}
+	check("k/000", []byte("v0"))
+	check("k/099", []byte("v99"))
+	check("k/050", nil)
+	check("k/051", []byte("x"))
+	check("big", big)
+	check("!badger!head", []byte("mine"))
+	check("empty", []byte{})
+	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k/"), End: []byte("k0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for {
+		b, err := it.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			break
+		}
+		n += len(b)
+	}
+	if n != 99 {
+		t.Errorf("scan after reopen: %d keys, want 99", n)
+	}
+	if _, err := Open(Options{Dir: dir}); err == nil {
+		t.Errorf("second Open of a directory in use succeeded")
+	}
+}
+
+// TestGroupSemantics drives commitGroup directly, so the grouping is
+// deterministic: later batches see earlier ones, a conflicting batch is
+// skipped without disturbing its neighbours, and the group costs one
+// transaction.
+func TestGroupSemantics(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("b"), []byte("b0"))}); err != nil {
+		t.Fatal(err)
+	}
+	batches := [][]kv.Op{
+		{kv.PutIfAbsent([]byte("a"), []byte("1"))},
+		{kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("2")), kv.Put([]byte("c"), []byte("c"))},
+		{kv.Put([]byte("d"), []byte("d")), kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("3"))}, // conflicts: a is 2 now
+		{kv.CompareAndDelete([]byte("b"), []byte("b0"))},
+		{kv.PutIfAbsent([]byte("b"), []byte("b1"))},                // b was deleted earlier in the group
+		{kv.PutIfAbsent([]byte("c"), []byte("x"))},                 // conflicts with batch 1's write
+		{kv.CompareAndSwap([]byte("d"), []byte("d"), []byte("y"))}, // batch 2 did not apply
+	}
+	reqs := make([]*commitReq, len(batches))
+	for i, ops := range batches {
+		reqs[i] = &commitReq{ops: ops, done: make(chan error, 1)}
+	}
+	before := s.Stats()
+	s.commitGroup(reqs)
+	after := s.Stats()
+	if g := after.Groups - before.Groups; g != 1 {
+		t.Errorf("group used %d transactions, want 1", g)
+	}
+	want := []struct {
+		conflict bool
+		index    int
+		current  string
+		exists   bool
+	}{{}, {}, {true, 1, "2", true}, {}, {}, {true, 0, "c", true}, {true, 0, "", false}}
+	for i, r := range reqs {
+		err := <-r.done
+		c, isC := kv.AsConflict(err)
+		switch {
+		case !want[i].conflict && err != nil:
+			t.Errorf("batch %d: %v, want success", i, err)
+		case want[i].conflict && !isC:
+			t.Errorf("batch %d: %v, want a conflict", i, err)
+		case want[i].conflict && (c.Index != want[i].index || c.Exists != want[i].exists || string(c.Current) != want[i].current):
+			t.Errorf("batch %d: conflict %+v, want index %d exists %v current %q", i, c, want[i].index, want[i].exists, want[i].current)
+		}
+	}
+	for k, v := range map[string]string{"a": "2", "b": "b1", "c": "c"} {
+		if got, err := s.Get(ctx, []byte(k)); err != nil || string(got) != v {
+			t.Errorf("Get(%q) = %q, %v; want %q", k, got, err, v)
+		}
+	}
+	if _, err := s.Get(ctx, []byte("d")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("Get(d) = %v; the conflicting batch's Put landed", err)
+	}
+}
+
+// TestGroupSplitsAtTxnLimit commits, as one group, more data than one
+// badger transaction may hold; the committer must cut it into several
+// transactions and apply everything.
+func TestGroupSplitsAtTxnLimit(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	val := bytes.Repeat([]byte("x"), 512<<10) // below the value threshold: counts fully
+	n := int(2*s.maxTxnSize/int64(len(val))) + 2
+	reqs := make([]*commitReq, n)
+	for i := range reqs {
+		ops := []kv.Op{kv.Put(fmt.Appendf(nil, "big/%03d", i), val)}
+		reqs[i] = &commitReq{ops: ops, size: s.entrySize(ops[0]), count: 1, done: make(chan error, 1)}
+	}
+	before := s.Stats().Groups
+	s.commitGroup(reqs)
+	for i, r := range reqs {
+		if err := <-r.done; err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	if g := s.Stats().Groups - before; g < 3 {
+		t.Errorf("%d batches of %d bytes went into %d transactions; limit is %d bytes", n, len(val), g, s.maxTxnSize)
+	}
+	if _, err := s.Get(ctx, fmt.Appendf(nil, "big/%03d", n-1)); err != nil {
+		t.Errorf("last batch: %v", err)
+	}
+	// A single batch over the limit is refused up front, not half written.
+	var ops []kv.Op
+	for i := 0; int64(i*len(val)) <= s.maxTxnSize; i++ {
+		ops = append(ops, kv.Put(fmt.Appendf(nil, "huge/%03d", i), val))
+	}
+	if err := s.Commit(ctx, ops); err == nil || errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("Commit of a batch over the engine limit = %v, want a plain error", err)
+	}
+	if _, err := s.Get(ctx, []byte("huge/000")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("part of a refused batch landed: %v", err)
+	}
+}
+
+// TestConcurrentCommitsShareFsync checks that concurrent committers are
+// grouped: far fewer transactions (fsyncs) than batches.
+func TestConcurrentCommitsShareFsync(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	const goroutines, per = 32, 20
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := s.Commit(ctx, []kv.Op{kv.Put(fmt.Appendf(nil, "g/%d/%d", g, i), []byte("v"))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := s.Stats()
+	t.Logf("%d batches in %d groups", st.Batches, st.Groups)
+	if st.Batches != goroutines*per {
+		t.Errorf("%d batches applied, want %d", st.Batches, goroutines*per)
+	}
+	if st.Groups*2 > st.Batches {
+		t.Errorf("%d batches took %d fsyncs; concurrent commits are not being grouped", st.Batches, st.Groups)
+	}
+}
+
+func TestCommitContextCancelled(t *testing.T) {
+	s, err := Open(Options{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("Commit with a cancelled context = %v, want a not-applied context error", err)
+	}
+	if _, err := s.Get(context.Background(), []byte("k")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("cancelled batch landed: %v", err)
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	if _, err := Open(Options{}); err == nil {
+		t.Errorf("Open without Dir or InMemory succeeded")
+	}
+	if _, err := Open(Options{InMemory: true, Dir: t.TempDir()}); err == nil {
+		t.Errorf("Open with both Dir and InMemory succeeded")
+	}
+}

@@ -1,0 +1,308 @@
+package badger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	badgerdb "github.com/dgraph-io/badger/v3"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+// Request states. A request is queued until the committer takes it or its
+// caller gives up; exactly one of the two wins the compare-and-swap, so a
+// caller that gave up knows its batch will never be applied.
+const (
+	reqQueued int32 = iota
+	reqTaken
+	reqAbandoned
+)
+
+type commitReq struct {
+	ops   []kv.Op
+	state atomic.Int32
+	// size and count are the request's share of badger's transaction
+	// limits, computed by the caller so the committer can cut groups
+	// without trial and error.
+	size, count int64
+	// result is set by the committer while it owns the request, then sent
+	// on done.
+	result error
+	done   chan error
+}
+
+// Commit applies ops atomically and durably. It returns after the group
+// holding the batch has been fsynced.
+func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
+	if err := kv.ValidateBatch(ops); err != nil {
+		return fmt.Errorf("badger: commit refused: %w", err)
+	}
+	req := &commitReq{ops: ops, done: make(chan error, 1)}
+	for i, op := range ops {
+		if len(op.Key) > MaxKeySize {
+			return fmt.Errorf("badger: commit refused: op %d: key of %d bytes exceeds the engine's limit of %d", i, len(op.Key), MaxKeySize)
+		}
+		if s.inMemory && len(op.Value) > MaxInMemoryValueSize {
+			return fmt.Errorf("badger: commit refused: op %d: value of %d bytes exceeds the in-memory engine's limit of %d", i, len(op.Value), MaxInMemoryValueSize)
+		}
+		req.size += s.entrySize(op)
+		req.count++
+	}
+	if req.size >= s.maxTxnSize || req.count >= s.maxTxnCount {
+		return fmt.Errorf("badger: commit refused: batch of %d ops, ~%d bytes exceeds the engine's transaction limit (%d ops, %d bytes): %w",
+			req.count, req.size, s.maxTxnCount, s.maxTxnSize, badgerdb.ErrTxnTooBig)
+	}
+
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return kv.ErrClosed
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("badger: commit not applied: %w", err)
+	}
+	select {
+	case s.reqs <- req:
+	case <-ctx.Done():
+		return fmt.Errorf("badger: commit not applied: %w", ctx.Err())
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			return fmt.Errorf("badger: commit not applied: %w", ctx.Err())
+		}
+		// The committer has the batch: its outcome is at most one group
+		// write away. Waiting for it spares the caller an ErrUncertain to
+		// resolve, and keeps the caller from reusing op buffers that the
+		// committer is still reading.
+		return <-req.done
+	}
+}
+
+// entrySize mirrors badger's accounting of one write against its
+// transaction limits (Txn.checkSize): key, value (or a value pointer for
+// values in the value log), two meta bytes and ten for the version.
+func (s *Store) entrySize(op kv.Op) int64 {
+	k := int64(1 + len(op.Key))
+	v := int64(len(op.Value))
+	if op.Kind == kv.OpDelete || op.Kind == kv.OpCompareAndDelete {
+		v = 0
+	}
+	if v >= s.valueThreshold {
+		v = 12
+	}
+	return k + v + 2 + 10
+}
+
+// runCommitter is the only writer. Each loop takes every request queued
+// while the previous group was written and commits them as one group.
+func (s *Store) runCommitter() {
+	defer close(s.committerDone)
+	group := make([]*commitReq, 0, maxGroup)
+	for {
+		r, ok := <-s.reqs
+		if !ok {
+			return
+		}
+		group = append(group[:0], r)
+	fill:
+		for len(group) < maxGroup {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break fill // closing: finish this group; the next receive ends the loop
+				}
+				group = append(group, r)
+			default:
+				break fill
+			}
+		}
+		s.commitGroup(group)
+		clear(group)
+	}
+}
+
+// commitGroup applies the requests in order, cutting them into as many
+// badger transactions as badger's size limits require.
+func (s *Store) commitGroup(group []*commitReq) {
+	members := make([]*commitReq, 0, len(group))
+	var size, count int64
+	for _, r := range group {
+		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+			continue // its caller gave up before we got to it
+		}
+		if len(members) > 0 && (size+r.size >= s.maxTxnSize || count+r.count >= s.maxTxnCount) {
+			s.applyAndFlush(members)
+			members, size, count = members[:0], 0, 0
+		}
+		members = append(members, r)
+		size += r.size
+		count += r.count
+	}
+	if len(members) > 0 {
+		s.applyAndFlush(members)
+	}
+}
+
+// applyAndFlush evaluates and applies members in one transaction, commits
+// it and answers every member. A member whose writes badger refuses
+// part-way would leave the transaction half-applied, so that member fails
+// alone and the others are replayed in a fresh transaction; badger's limits
+// are checked in advance, so this is a defence, not a path taken in
+// practice.
+func (s *Store) applyAndFlush(members []*commitReq) {
+	for {
+		failed := s.tryGroup(members)
+		if failed < 0 {
+			return
+		}
+		s.reply(members[failed])
+		members = append(members[:failed:failed], members[failed+1:]...)
+		if len(members) == 0 {
+			return
+		}
+	}
+}
+
+// tryGroup runs members through one transaction. It returns -1 when every
+// member has been answered, or the index of a member whose writes were
+// refused (its result set); the transaction is then discarded unanswered.
+func (s *Store) tryGroup(members []*commitReq) int {
+	txn := s.db.NewTransaction(true)
+	defer txn.Discard()
+	writes := 0
+	for i, r := range members {
+		r.result = nil
+		conflict, err := checkConditions(txn, r.ops)
+		if err != nil {
+			r.result = fmt.Errorf("badger: commit not applied: %w", err)
+			continue
+		}
+		if conflict != nil {
+			r.result = conflict
+			continue
+		}
+		if err := applyOps(txn, r.ops); err != nil {
+			r.result = fmt.Errorf("badger: commit not applied: %w", err)
+			return i
+		}
+		writes++
+	}
+	var err error
+	if writes > 0 {
+		err = txn.Commit()
+		s.stats.groups.Add(1)
+	}
+	for _, r := range members {
+		switch {
+		case err != nil && (r.result == nil || isConflict(r.result)):
+			// A conflict was judged against writes that did not land, so
+			// it is void too; the batch simply was not applied.
+			r.result = commitError(err)
+		case r.result == nil:
+			s.stats.batches.Add(1)
+		case isConflict(r.result):
+			s.stats.conflicts.Add(1)
+		}
+		s.reply(r)
+	}
+	if err != nil {
+		s.log.Error("group commit failed", "batches", len(members), "err", err)
+	}
+	return -1
+}
+
+func (s *Store) reply(r *commitReq) { r.done <- r.result }
+
+func isConflict(err error) bool {
+	_, ok := kv.AsConflict(err)
+	return ok
+}
+
+// commitError classifies a failed badger commit. Errors badger returns
+// before writing mean the batch was not applied; any later failure (a
+// WAL write or fsync error) may have left the writes visible or durable,
+// so the outcome is uncertain and the core must read back.
+func commitError(err error) error {
+	if errors.Is(err, badgerdb.ErrTxnTooBig) || errors.Is(err, badgerdb.ErrBlockedWrites) ||
+		errors.Is(err, badgerdb.ErrDiscardedTxn) || errors.Is(err, badgerdb.ErrConflict) {
+		return fmt.Errorf("badger: commit not applied: %w", err)
+	}
+	return fmt.Errorf("badger: commit: %w: %w", kv.ErrUncertain, err)
+}
+
+// checkConditions evaluates a batch's conditions in op order against txn,
+// which holds the committed state plus the earlier batches of the group.
+// Keys are distinct within a batch, so checking before applying any of the
+// batch's own writes is exact.
+func checkConditions(txn *badgerdb.Txn, ops []kv.Op) (*kv.ConflictError, error) {
+	for i, op := range ops {
+		if !op.Kind.Conditional() {
+			continue
+		}
+		item, err := txn.Get(dataKey(op.Key))
+		exists := true
+		if errors.Is(err, badgerdb.ErrKeyNotFound) {
+			exists = false
+		} else if err != nil {
+			return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
+		}
+		var holds bool
+		switch op.Kind {
+		case kv.OpPutIfAbsent:
+			holds = !exists
+		default: // CompareAndSwap, CompareAndDelete
+			if exists {
+				err = item.Value(func(v []byte) error {
+					holds = bytes.Equal(v, op.Expected)
+					return nil
+				})
+				if err != nil {
+					return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
+				}
+			}
+		}
+		if holds {
+			continue
+		}
+		c := &kv.ConflictError{Index: i, Key: clone(op.Key), Exists: exists}
+		if exists {
+			if c.Current, err = item.ValueCopy(nil); err != nil {
+				return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
+			}
+		}
+		return c, nil
+	}
+	return nil, nil
+}
+
+// applyOps adds a batch's writes to txn. Badger keeps references to the
+// key and value slices until the transaction commits; keys are fresh
+// copies, and values belong to a caller blocked in Commit until then.
+func applyOps(txn *badgerdb.Txn, ops []kv.Op) error {
+	for i, op := range ops {
+		var err error
+		switch op.Kind {
+		case kv.OpDelete, kv.OpCompareAndDelete:
+			err = txn.Delete(dataKey(op.Key))
+		default:
+			v := op.Value
+			if v == nil {
+				v = []byte{} // badger would store nil and empty alike; be explicit
+			}
+			err = txn.Set(dataKey(op.Key), v)
+		}
+		if err != nil {
+			return fmt.Errorf("op %d (%s %q): %w", i, op.Kind, op.Key, err)
+		}
+	}
+	return nil
+}
