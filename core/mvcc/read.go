@@ -12,6 +12,7 @@ import (
 
 	"github.com/engramkv/engram/core/coder"
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/tso"
 )
 
 // entry is one key's version as seen by a read.
@@ -271,7 +272,10 @@ func storageErr(op string, err error) error {
 // revision order, stopping after the revision that brings the count to at
 // least max. next is the first revision not returned. prev_kv is filled for
 // every event whose key existed before.
-func (b *Backend) Events(ctx context.Context, from, to int64, max int) (events []*mvccpb.Event, next int64, err error) {
+func (b *Backend) Events(ctx context.Context, from, to int64, limit int) (events []*mvccpb.Event, next int64, err error) {
+	// An empty store's revision has no change; the first record is at the
+	// revision after it.
+	from = max(from, tso.FirstRevision+1)
 	if from > to {
 		return nil, from, nil
 	}
@@ -314,7 +318,7 @@ func (b *Backend) Events(ctx context.Context, from, to int64, max int) (events [
 				events = append(events, ev)
 			}
 			next = rev + 1
-			if len(events) >= max {
+			if len(events) >= limit {
 				return events, next, nil
 			}
 		}

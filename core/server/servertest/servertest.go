@@ -29,7 +29,14 @@ type Server struct {
 	// Endpoint is what an etcd client dials: "127.0.0.1:PORT" or
 	// "unix:///path".
 	Endpoint string
+
+	stop func()
 }
+
+// Stop shuts the server down now (gracefully: queued writes are committed);
+// it also runs at cleanup. It does not close a Store passed in Options, so a
+// test can start a new server on the same store to simulate a restart.
+func (s *Server) Stop() { s.stop() }
 
 // Start starts a server and registers its shutdown with t.Cleanup.
 func Start(t testing.TB, opts Options) *Server {

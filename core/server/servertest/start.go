@@ -6,10 +6,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/engramkv/engram/core/server"
@@ -68,32 +70,36 @@ func start(t testing.TB, opts Options) *Server {
 		defer close(served)
 		_ = gs.Serve(l)
 	}()
-	t.Cleanup(func() {
-		stopped := make(chan struct{})
-		go func() {
-			gs.GracefulStop()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-time.After(5 * time.Second):
-			gs.Stop()
-		}
-		<-served
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Close(ctx); err != nil {
-			t.Errorf("servertest: close: %v", err)
-		}
-	})
-	return &Server{Endpoint: endpoint}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			stopped := make(chan struct{})
+			go func() {
+				gs.GracefulStop()
+				close(stopped)
+			}()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				gs.Stop()
+			}
+			<-served
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Close(ctx); err != nil {
+				t.Errorf("servertest: close: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &Server{Endpoint: endpoint, stop: stop}
 }
 
 func client(t testing.TB, s *Server) *clientv3.Client {
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{s.Endpoint},
 		DialTimeout: 5 * time.Second,
-		Logger:      nil,
+		Logger:      zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatalf("servertest: client: %v", err)
