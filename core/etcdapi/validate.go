@@ -57,8 +57,10 @@ func (l Limits) checkKey(key []byte) error {
 	if len(key) == 0 {
 		return rpctypes.ErrGRPCEmptyKey
 	}
-	if len(key) > l.MaxKeyBytes {
-		return status.Errorf(codes.InvalidArgument, "engram: key of %d bytes exceeds the limit of %d bytes", len(key), l.MaxKeyBytes)
+	// The internal key escapes every 0x00 byte, so the limit applies to the
+	// escaped length: a key of zero bytes counts double.
+	if n := len(key) + bytes.Count(key, []byte{0}); n > l.MaxKeyBytes {
+		return status.Errorf(codes.InvalidArgument, "engram: key of %d bytes (%d with 0x00 bytes counted twice) exceeds the limit of %d bytes", len(key), n, l.MaxKeyBytes)
 	}
 	return nil
 }

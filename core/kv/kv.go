@@ -66,7 +66,9 @@ import (
 // Size limits every adaptor must accept. The core never sends more.
 const (
 	// MaxKeySize bounds an internal key (an etcd key plus Engram's framing).
-	MaxKeySize = 64 << 10
+	// It stays below badger's 65000-byte key limit with room for an
+	// adaptor's own prefix.
+	MaxKeySize = 60000
 	// MaxValueSize bounds one value (an etcd value plus Engram's record header).
 	MaxValueSize = 4 << 20
 )

@@ -24,9 +24,10 @@
 //     clock is advanced (making the revision readable) before acknowledgement,
 //     so every linearizable read that starts after an ack sees the write.
 //   - Every write transaction updates the revision key of each key it touches
-//     with a compare-and-swap against the value the writer read, so a second
-//     writer on the same store (a deposed leader) can never interleave silently:
-//     its batch fails whole.
+//     with a compare-and-swap against the value the writer read, and creates
+//     the change-log record of its revision with put-if-absent, so a second
+//     writer on the same store (a deposed leader) can never interleave
+//     silently: its batch fails whole.
 //   - The revision key, the object key, the change-log record and lease index
 //     changes of a write are in one batch: a crash leaves all or none.
 //   - Object keys at revisions >= the compacted revision, and the latest one
@@ -127,7 +128,8 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		opts.MaxGroupRequests = 1024
 	}
 	if opts.MaxGroupBytes <= 0 {
-		opts.MaxGroupBytes = 16 << 20
+		// Well inside badger's per-transaction limit (~9.6 MB by default).
+		opts.MaxGroupBytes = 4 << 20
 	}
 	rev, err := tso.Recover(ctx, opts.Store)
 	if err != nil {

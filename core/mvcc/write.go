@@ -45,6 +45,15 @@ type result struct {
 	err error
 }
 
+// size estimates the bytes a request adds to a batch: each written value is
+// stored twice (history and change log reference) plus keys and headers.
+func (r *request) size() int {
+	if r.txn == nil {
+		return 64
+	}
+	return 2 * r.txn.Size()
+}
+
 // exclusive requests are committed in a group of their own, so that the
 // lessor state other requests in a group rely on cannot change under them.
 func (r *request) exclusive() bool { return r.kind != reqTxn }
@@ -135,8 +144,9 @@ func (b *Backend) writeLoop() {
 		}
 		group := []*request{first}
 		if !first.exclusive() {
+			size := first.size()
 		collect:
-			for len(group) < b.maxGroupRequests {
+			for len(group) < b.maxGroupRequests && size < b.maxGroupBytes {
 				select {
 				case r := <-b.reqs:
 					if r.exclusive() {
@@ -144,6 +154,7 @@ func (b *Backend) writeLoop() {
 						break collect
 					}
 					group = append(group, r)
+					size += r.size()
 				default:
 					break collect
 				}
@@ -469,10 +480,19 @@ func (g *group) txn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	}
 	if len(g.changes) > 0 {
 		g.rev = rev
-		g.logs = append(g.logs, kv.Put(coder.EventKey(rev), encodeChanges(g.changes)))
-		g.witnessKey, g.witnessValue, g.witnessGone = g.logs[len(g.logs)-1].Key, g.logs[len(g.logs)-1].Value, false
+		g.appendLog(rev)
 	}
 	return resp, nil
+}
+
+// appendLog adds the change-log record of rev. It is written with
+// PutIfAbsent: a revision is allocated once, so a writer whose clock is stale
+// (a second writer on the same store) fails its whole batch instead of
+// overwriting another writer's revision.
+func (g *group) appendLog(rev int64) {
+	op := kv.PutIfAbsent(coder.EventKey(rev), encodeChanges(g.changes))
+	g.logs = append(g.logs, op)
+	g.witnessKey, g.witnessValue, g.witnessGone = op.Key, op.Value, false
 }
 
 // comparePath evaluates every comparison of t and its nested transactions
@@ -833,8 +853,7 @@ func (g *group) leaseRevoke(id int64) error {
 	g.witnessKey, g.witnessGone = lk, true
 	if len(g.changes) > 0 {
 		g.rev = rev
-		g.logs = append(g.logs, kv.Put(coder.EventKey(rev), encodeChanges(g.changes)))
-		g.witnessKey, g.witnessValue, g.witnessGone = coder.EventKey(rev), g.logs[len(g.logs)-1].Value, false
+		g.appendLog(rev)
 	}
 	g.after = append(g.after, func() { g.b.lessor.Revoke(id) })
 	return nil

@@ -47,11 +47,11 @@ import (
 
 // Limits of this adaptor that are tighter than the kv contract's.
 const (
-	// MaxKeySize is the longest key the adaptor stores. Badger refuses keys
-	// over 65000 bytes (its table format stores key lengths in 16 bits,
-	// with room for an 8-byte version), and the adaptor spends one byte on
-	// its namespace prefix. kv.MaxKeySize (65536) is therefore out of
-	// reach; Commit refuses longer keys with an error.
+	// MaxKeySize is the longest key the engine could store: badger refuses
+	// keys over 65000 bytes (its table format stores key lengths in 16
+	// bits, with room for an 8-byte version), and the adaptor spends one
+	// byte on its namespace prefix. The contract's kv.MaxKeySize is below
+	// it, so every key the core sends fits.
 	MaxKeySize = 65000 - 1
 	// MaxInMemoryValueSize is the largest value an InMemory store takes:
 	// with no value log, values must stay below badger's 1 MiB value

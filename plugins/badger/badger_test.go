@@ -12,9 +12,8 @@ import (
 	"github.com/engramkv/engram/core/kv/kvtest"
 )
 
-// suiteConfig declares the adaptor's deviation from the contract: badger
-// cannot store keys of kv.MaxKeySize bytes (see MaxKeySize).
-var suiteConfig = kvtest.Config{MaxKeySize: MaxKeySize}
+// suiteConfig is the contract as written: badger meets it in full.
+var suiteConfig = kvtest.Config{}
 
 func openDisk(t *testing.T, dir string) *Store {
 	t.Helper()

@@ -1,0 +1,225 @@
+package mvcc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvfault"
+	"github.com/engramkv/engram/plugins/memkv"
+)
+
+func open(t *testing.T, s kv.Store) *Backend {
+	t.Helper()
+	b, err := Open(context.Background(), Options{Store: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func put(t *testing.T, b *Backend, k, v string) int64 {
+	t.Helper()
+	r, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte(k), Value: []byte(v)})
+	if err != nil {
+		t.Fatalf("put %s: %v", k, err)
+	}
+	return r.Header.Revision
+}
+
+func del(t *testing.T, b *Backend, k string) int64 {
+	t.Helper()
+	r, err := b.DeleteRange(context.Background(), &pb.DeleteRangeRequest{Key: []byte(k)})
+	if err != nil {
+		t.Fatalf("delete %s: %v", k, err)
+	}
+	return r.Header.Revision
+}
+
+func get(t *testing.T, b *Backend, k string, rev int64) (*mvccpb.KeyValue, error) {
+	t.Helper()
+	r, err := b.Range(context.Background(), &pb.RangeRequest{Key: []byte(k), Revision: rev})
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	return r.Kvs[0], nil
+}
+
+func countSpace(t *testing.T, s kv.Store, sp coder.Space) int {
+	t.Helper()
+	n := 0
+	if err := scanAll(context.Background(), s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp)}, func(kv.Pair) error {
+		n++
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPhysicalCompaction checks what compaction removes and what every read
+// at or above the compacted revision still needs.
+func TestPhysicalCompaction(t *testing.T) {
+	store := memkv.New()
+	b := open(t, store)
+	put(t, b, "a", "1") // 2
+	put(t, b, "a", "2") // 3
+	put(t, b, "a", "3") // 4
+	put(t, b, "b", "1") // 5
+	del(t, b, "b")      // 6
+	put(t, b, "c", "1") // 7
+	put(t, b, "a", "4") // 8
+	ctx := context.Background()
+	if _, err := b.Compact(ctx, 7, true); err != nil {
+		t.Fatal(err)
+	}
+	// a: versions 2,3 go; 4 stays (latest below 7, needed at rev 7 and as
+	// prev_kv of event 8); 8 stays. b: deleted at 6 < 7, so its history and
+	// revision key go. c: 7 stays.
+	if got := countSpace(t, store, coder.SpaceObject); got != 3 {
+		t.Errorf("object versions after compaction: %d, want 3", got)
+	}
+	if got := countSpace(t, store, coder.SpaceRevision); got != 2 {
+		t.Errorf("revision keys after compaction: %d, want 2 (b's tombstone removed)", got)
+	}
+	if got := countSpace(t, store, coder.SpaceEvent); got != 2 {
+		t.Errorf("change-log records after compaction: %d, want 2 (revisions 7, 8)", got)
+	}
+	if kv, err := get(t, b, "a", 7); err != nil || string(kv.Value) != "3" {
+		t.Errorf("a at 7: %v %v", kv, err)
+	}
+	if _, err := get(t, b, "a", 6); !errors.Is(err, ErrCompacted) {
+		t.Errorf("read below compaction: %v", err)
+	}
+	evs, next, err := b.Events(ctx, 7, 8, 100)
+	if err != nil || next != 9 || len(evs) != 2 {
+		t.Fatalf("events after compaction: %v next %d err %v", evs, next, err)
+	}
+	if evs[1].PrevKv == nil || string(evs[1].PrevKv.Value) != "3" {
+		t.Errorf("prev_kv of the first event after compaction: %+v", evs[1].PrevKv)
+	}
+	// Re-create b after its revision key was cleaned up.
+	put(t, b, "b", "again")
+	if kv, _ := get(t, b, "b", 0); kv.CreateRevision != 9 || kv.Version != 1 {
+		t.Errorf("re-created b: %+v", kv)
+	}
+	// A restart keeps the compacted revision and the head.
+	_ = b.Close()
+	b2 := open(t, store)
+	if b2.CompactRev() != 7 || b2.Rev() != 9 {
+		t.Errorf("after restart: compacted %d rev %d", b2.CompactRev(), b2.Rev())
+	}
+}
+
+// TestUncertainCommitIsResolvedByReadingBack covers both outcomes of a
+// commit whose result the engine could not report.
+func TestUncertainCommitIsResolvedByReadingBack(t *testing.T) {
+	store := kvfault.Wrap(memkv.New())
+	b := open(t, store)
+	uncertain := fmt.Errorf("timeout: %w", kv.ErrUncertain)
+	store.FailCommits(kvfault.Fault{Err: uncertain, Apply: true})
+	if rev := put(t, b, "a", "1"); rev != 2 {
+		t.Fatalf("applied-but-uncertain write got revision %d", rev)
+	}
+	store.FailCommits(kvfault.Fault{Err: uncertain})
+	if _, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("b"), Value: []byte("1")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("not-applied uncertain write: %v", err)
+	}
+	if rev := put(t, b, "c", "1"); rev != 3 {
+		t.Fatalf("revision after a write that did not happen: %d, want 3 (dense)", rev)
+	}
+	if kv, _ := get(t, b, "b", 0); kv != nil {
+		t.Fatal("write that did not happen is visible")
+	}
+}
+
+func TestStorageErrorsFailTheGroupWithoutPartialState(t *testing.T) {
+	store := kvfault.Wrap(memkv.New())
+	b := open(t, store)
+	put(t, b, "a", "1")
+	store.FailGets(kvfault.Fault{Err: errors.New("disk on fire")})
+	if _, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("read failure inside the writer: %v", err)
+	}
+	store.FailCommits(kvfault.Fault{Err: errors.New("write failed")})
+	if _, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("a"), Value: []byte("3")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("commit failure: %v", err)
+	}
+	if kv, _ := get(t, b, "a", 0); string(kv.Value) != "1" || b.Rev() != 2 {
+		t.Fatalf("state after failures: %+v rev %d", kv, b.Rev())
+	}
+	if rev := put(t, b, "a", "4"); rev != 3 {
+		t.Fatalf("next revision %d", rev)
+	}
+}
+
+// TestGroupCommit checks that concurrent writes share commits.
+func TestGroupCommit(t *testing.T) {
+	store := kvfault.Wrap(memkv.New())
+	b := open(t, store)
+	const writers = 64
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range 20 {
+				put(t, b, fmt.Sprintf("k%d-%d", i, j), "v")
+			}
+		}()
+	}
+	wg.Wait()
+	if b.Rev() != 1+writers*20 {
+		t.Fatalf("revision %d, want %d", b.Rev(), 1+writers*20)
+	}
+	if c := store.CommitCalls(); c >= writers*20 {
+		t.Fatalf("%d commits for %d writes: no group commit", c, writers*20)
+	} else {
+		t.Logf("%d writes in %d commits", writers*20, c)
+	}
+}
+
+// TestSecondWriterIsFenced runs two backends on one store: the one whose view
+// is stale must fail its write rather than overwrite.
+func TestSecondWriterIsFenced(t *testing.T) {
+	store := memkv.New()
+	a := open(t, store)
+	put(t, a, "k", "1")
+	b := open(t, store)
+	put(t, a, "k", "2") // b's view of revision and k is now stale
+	_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("k"), Value: []byte("3")})
+	if !errors.Is(err, ErrStoreConflict) {
+		t.Fatalf("stale writer: %v", err)
+	}
+	if kv, _ := get(t, a, "k", 0); string(kv.Value) != "2" {
+		t.Fatalf("stale writer overwrote: %q", kv.Value)
+	}
+}
+
+func TestChangeRecordRoundTrip(t *testing.T) {
+	cs := []change{{key: []byte("a")}, {deleted: true, key: []byte{0, 1, 0xff}, prevRev: 1 << 40}}
+	got, err := decodeChanges(encodeChanges(cs))
+	if err != nil || len(got) != 2 || string(got[1].key) != string(cs[1].key) || got[1].prevRev != cs[1].prevRev || !got[1].deleted {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for i := range len(encodeChanges(cs)) {
+		if _, err := decodeChanges(encodeChanges(cs)[:i]); err == nil {
+			t.Fatalf("truncated record of %d bytes decoded", i)
+		}
+	}
+	h := header{modRev: 5, createRev: 3, version: 2, lease: 7, tombstone: true}
+	if got, rest, err := decodeHeader(encodeObject(h, []byte("val"))); err != nil || got != h || string(rest) != "val" {
+		t.Fatalf("header round trip: %+v %q %v", got, rest, err)
+	}
+}
