@@ -1,0 +1,291 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+)
+
+// fakeSource keeps every event and serves history from it.
+type fakeSource struct {
+	mu      sync.Mutex
+	events  []*mvccpb.Event
+	rev     int64
+	compact int64
+	reads   int
+}
+
+var errCompacted = errors.New("compacted")
+
+func (f *fakeSource) Rev() int64 { f.mu.Lock(); defer f.mu.Unlock(); return f.rev }
+func (f *fakeSource) CompactRev() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.compact
+}
+
+func (f *fakeSource) Events(ctx context.Context, from, to int64, limit int) ([]*mvccpb.Event, int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if from < f.compact {
+		return nil, from, errCompacted
+	}
+	var out []*mvccpb.Event
+	next := from
+	for _, ev := range f.events {
+		r := ev.Kv.ModRevision
+		if r < from || r > to {
+			continue
+		}
+		if len(out) >= limit && r != next-1 {
+			return out, next, nil
+		}
+		out = append(out, ev)
+		next = r + 1
+	}
+	return out, to + 1, nil
+}
+
+// write commits one event per revision and notifies the hub.
+func (f *fakeSource) write(h *Hub, key string) int64 {
+	f.mu.Lock()
+	f.rev++
+	ev := &mvccpb.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: f.rev, CreateRevision: f.rev, Version: 1}}
+	f.events = append(f.events, ev)
+	rev := f.rev
+	f.mu.Unlock()
+	h.Notify(rev, []*mvccpb.Event{ev})
+	return rev
+}
+
+func newHub(t *testing.T, src *fakeSource, opts Options) *Hub {
+	opts.IsCompacted = func(err error) bool { return errors.Is(err, errCompacted) }
+	h := NewHub(src, opts)
+	t.Cleanup(h.Close)
+	return h
+}
+
+type collector struct {
+	mu    sync.Mutex
+	resps []Response
+	block chan struct{} // when non-nil, Send waits on it
+}
+
+func (c *collector) sink(ctx context.Context, r Response) error {
+	if c.block != nil {
+		select {
+		case <-c.block:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.resps = append(c.resps, r)
+	return nil
+}
+
+func (c *collector) revs() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []int64
+	for _, r := range c.resps {
+		for _, ev := range r.Events {
+			out = append(out, ev.Kv.ModRevision)
+		}
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestTailAndHistoryGiveEveryEventOnce writes more events than the tail
+// holds and starts watchers at revisions inside and below the tail.
+func TestTailAndHistoryGiveEveryEventOnce(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := newHub(t, src, Options{TailEvents: 10, BatchEvents: 7})
+	for i := range 50 {
+		src.write(h, fmt.Sprintf("k%d", i%3))
+	}
+	for _, start := range []int64{2, 30, 45, 51, 60} {
+		c := &collector{}
+		w, err := h.Watch(context.Background(), Request{Key: []byte("k"), End: []byte("l"), StartRevision: start}, c.sink, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 10 {
+			src.write(h, fmt.Sprintf("k%d", i))
+		}
+		want := int(max(0, 61-max(start, 2)+1))
+		waitFor(t, fmt.Sprintf("%d events from %d", want, start), func() bool { return len(c.revs()) >= want })
+		revs := c.revs()
+		for i, r := range revs {
+			if r != max(start, 2)+int64(i) {
+				t.Fatalf("start %d: event %d has revision %d: %v", start, i, r, revs)
+			}
+		}
+		w.Stop()
+		// Rewind the source for the next start: same history, new writes.
+		src.mu.Lock()
+		src.events = src.events[:len(src.events)-10]
+		src.rev -= 10
+		src.mu.Unlock()
+		h = newHub(t, src, Options{TailEvents: 10, BatchEvents: 7})
+	}
+}
+
+// TestSlowWatcherDoesNotBlockWriters blocks one watcher's sink entirely: the
+// writer and another watcher must keep going, and the slow one must catch up
+// from history once unblocked.
+func TestSlowWatcherDoesNotBlockWriters(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := newHub(t, src, Options{TailEvents: 16})
+	slow := &collector{block: make(chan struct{})}
+	fast := &collector{}
+	if _, err := h.Watch(context.Background(), Request{Key: []byte{0}, End: []byte{0}}, slow.sink, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Watch(context.Background(), Request{Key: []byte{0}, End: []byte{0}}, fast.sink, nil); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for i := range 1000 {
+			src.write(h, fmt.Sprintf("k%d", i))
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("writer blocked by a slow watcher")
+	}
+	waitFor(t, "fast watcher", func() bool { return len(fast.revs()) == 1000 })
+	close(slow.block)
+	waitFor(t, "slow watcher catching up", func() bool { return len(slow.revs()) == 1000 })
+	for i, r := range slow.revs() {
+		if r != int64(i+2) {
+			t.Fatalf("slow watcher event %d at revision %d", i, r)
+		}
+	}
+}
+
+func TestLaggingWatcherIsCancelledWithReason(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := newHub(t, src, Options{MaxLag: 100})
+	c := &collector{block: make(chan struct{})}
+	w, err := h.Watch(context.Background(), Request{Key: []byte("a")}, c.sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.write(h, "a") // the watcher blocks delivering this one
+	for range 200 {
+		src.write(h, "b")
+	}
+	close(c.block)
+	<-w.Done()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	last := c.resps[len(c.resps)-1]
+	if !last.Canceled || last.Reason == "" || last.CompactRevision != 0 {
+		t.Fatalf("lagging watcher ended with %+v", last)
+	}
+}
+
+func TestCompactionCancelsWatcherBelowIt(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := newHub(t, src, Options{})
+	for range 5 {
+		src.write(h, "a")
+	}
+	src.mu.Lock()
+	src.compact = 4
+	src.mu.Unlock()
+	c := &collector{}
+	w, err := h.Watch(context.Background(), Request{Key: []byte("a"), StartRevision: 3}, c.sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-w.Done()
+	if len(c.resps) != 1 || !c.resps[0].Canceled || c.resps[0].CompactRevision != 4 {
+		t.Fatalf("responses %+v", c.resps)
+	}
+}
+
+func TestProgressNotifyOnlyWhenSynced(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := newHub(t, src, Options{ProgressInterval: 20 * time.Millisecond})
+	src.write(h, "x")
+	c := &collector{}
+	var advanced sync.WaitGroup
+	advanced.Add(1)
+	var once sync.Once
+	w, err := h.Watch(context.Background(), Request{Key: []byte("a"), StartRevision: 1, ProgressNotify: true}, c.sink, func() { once.Do(advanced.Done) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	advanced.Wait()
+	waitFor(t, "progress", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.resps) > 0
+	})
+	c.mu.Lock()
+	r := c.resps[0]
+	c.mu.Unlock()
+	if !r.Progress || r.Revision != 2 {
+		t.Fatalf("progress %+v", r)
+	}
+	if w.Delivered() != 2 {
+		t.Fatalf("delivered %d", w.Delivered())
+	}
+}
+
+func BenchmarkFanOut100Watchers(b *testing.B) {
+	src := &fakeSource{rev: 1}
+	h := NewHub(src, Options{})
+	defer h.Close()
+	var total sync.WaitGroup
+	var mu sync.Mutex
+	received := 0
+	for i := range 100 {
+		_, err := h.Watch(context.Background(), Request{Key: []byte(fmt.Sprintf("/r/%02d/", i)), End: []byte(fmt.Sprintf("/r/%02d0", i))}, func(ctx context.Context, r Response) error {
+			mu.Lock()
+			received += len(r.Events)
+			mu.Unlock()
+			return nil
+		}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	_ = total
+	b.ResetTimer()
+	for i := range b.N {
+		src.write(h, fmt.Sprintf("/r/%02d/obj", i%100))
+	}
+	for {
+		mu.Lock()
+		n := received
+		mu.Unlock()
+		if n >= b.N {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
