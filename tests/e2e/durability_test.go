@@ -163,11 +163,24 @@ type ack struct {
 // dense: a revision is never handed out and then lost.
 func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
 	t.Parallel()
+	interruptWriteLoad(t, (*node).kill)
+}
+
+// TestStopUnderLoadLosesNoAcknowledgedWrite is the same with SIGTERM: the
+// graceful path must also finish or refuse every in-flight write, and exit 0.
+func TestStopUnderLoadLosesNoAcknowledgedWrite(t *testing.T) {
+	t.Parallel()
+	interruptWriteLoad(t, (*node).stop)
+}
+
+// interruptWriteLoad runs 8 concurrent creators, interrupts engram with
+// interrupt mid-load, restarts it and checks what survived.
+func interruptWriteLoad(t *testing.T, interrupt func(*node)) {
 	const (
 		writers = 8
-		// Kill once this many writes were acknowledged (or the load
-		// deadline passes), so the crash lands mid-load.
-		killAfter = 400
+		// Interrupt once this many writes were acknowledged (or the load
+		// deadline passes), so the interruption lands mid-load.
+		killAfter = 1000
 	)
 	n := startNode(t, nodeOptions{})
 	ctx := testCtx(t, 3*time.Minute)
@@ -216,16 +229,18 @@ wait:
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	n.kill()
-	wg.Wait()
+	interrupt(n)
+	// The server is gone: nothing can be acknowledged any more, and the
+	// client would otherwise retry unsent writes until their deadline.
 	stopLoad()
+	wg.Wait()
 	cli.Close()
 
 	total := acked.Load()
 	if total == 0 {
-		t.Fatal("no write was acknowledged before the kill")
+		t.Fatal("no write was acknowledged before the interruption")
 	}
-	t.Logf("%d writes acknowledged before SIGKILL", total)
+	t.Logf("%d writes acknowledged before the interruption", total)
 
 	n.restart()
 	cli = n.client(t)
@@ -256,11 +271,11 @@ wait:
 			seenRev[a.rev] = a.key
 			kv, ok := byKey[a.key]
 			if !ok {
-				report("acknowledged creates lost in the crash", "%s@%d", a.key, a.rev)
+				report("acknowledged creates lost", "%s@%d", a.key, a.rev)
 				continue
 			}
 			if kv.ModRevision != a.rev || kv.CreateRevision != a.rev || kv.Version != 1 || string(kv.Value) != a.value {
-				report("acknowledged creates changed by the crash", "%s@%d now %s", a.key, a.rev, kvString(kv))
+				report("acknowledged creates changed", "%s@%d now %s", a.key, a.rev, kvString(kv))
 			}
 		}
 	}
@@ -277,11 +292,11 @@ wait:
 	sort.Slice(revs, func(i, j int) bool { return revs[i] < revs[j] })
 	for i, r := range revs {
 		if want := int64(2 + i); r != want {
-			t.Fatalf("revisions after crash are not dense: position %d holds revision %d, want %d (around it: %v)", i, r, want, revs[max(0, i-3):min(len(revs), i+3)])
+			t.Fatalf("revisions after restart are not dense: position %d holds revision %d, want %d (around it: %v)", i, r, want, revs[max(0, i-3):min(len(revs), i+3)])
 		}
 	}
 	if want := int64(1 + len(revs)); get.Header.Revision != want {
-		t.Errorf("revision after crash recovery %d, want %d (%d creates survived)", get.Header.Revision, want, len(revs))
+		t.Errorf("revision after recovery %d, want %d (%d creates survived)", get.Header.Revision, want, len(revs))
 	}
 	put, err := cli.Put(ctx, "after-crash", "v")
 	if err != nil {
