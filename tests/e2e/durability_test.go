@@ -180,7 +180,7 @@ func interruptWriteLoad(t *testing.T, interrupt func(*node)) {
 		writers = 8
 		// Interrupt once this many writes were acknowledged (or the load
 		// deadline passes), so the interruption lands mid-load.
-		killAfter = 1000
+		interruptAfter = 1000
 	)
 	n := startNode(t, nodeOptions{})
 	ctx := testCtx(t, 3*time.Minute)
@@ -222,7 +222,7 @@ func interruptWriteLoad(t *testing.T, interrupt func(*node)) {
 
 	deadline := time.After(60 * time.Second)
 wait:
-	for acked.Load() < killAfter {
+	for acked.Load() < interruptAfter {
 		select {
 		case <-deadline:
 			break wait
