@@ -178,7 +178,7 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 			gs, tc = &secure, tlsConfig
 		}
 		if *gs == nil {
-			*gs = grpc.NewServer(server.GRPCServerOptions(opts, tc)...)
+			*gs = grpc.NewServer(append(server.GRPCServerOptions(opts, tc), srv.Interceptors()...)...)
 			srv.Register(*gs)
 		}
 		go func(gs *grpc.Server, l clientListener) {

@@ -30,9 +30,9 @@
 //     silently: its batch fails whole.
 //   - The revision key, the object key, the change-log record and lease index
 //     changes of a write are in one batch: a crash leaves all or none.
-//   - Object keys at revisions >= the compacted revision, and the latest one
+//   - Object keys above the compacted revision, and the latest one at or
 //     below it, are never deleted, so reads at any uncompacted revision and
-//     prev_kv of any uncompacted event are answerable.
+//     prev_kv of every event above the compacted revision are answerable.
 package mvcc
 
 import (
@@ -44,6 +44,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/engramkv/engram/core/coder"
@@ -84,6 +85,8 @@ type Options struct {
 	MaxGroupRequests int
 	// MaxGroupBytes bounds the approximate size of one commit.
 	MaxGroupBytes int
+	// Registerer receives the backend's metrics; nil records none.
+	Registerer prometheus.Registerer
 }
 
 // Backend is the MVCC store. All methods are safe for concurrent use.
@@ -103,6 +106,7 @@ type Backend struct {
 
 	maxGroupRequests int
 	maxGroupBytes    int
+	metrics          *metrics
 
 	reqs   chan *request
 	stopCh chan struct{}
@@ -147,6 +151,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		stopCh:           make(chan struct{}),
 	}
 	b.pins.m = map[int64]int{}
+	b.metrics = newMetrics(opts.Registerer, b)
 	if err := b.loadCompacted(ctx); err != nil {
 		return nil, err
 	}

@@ -11,20 +11,23 @@ import (
 
 // Compaction has two steps, as in etcd:
 //
-//  1. Logical: Compact records the compacted revision durably and at once;
-//     from then on reads and watches below it fail with ErrCompacted.
-//  2. Physical: a background loop removes what no read at or above the
-//     compacted revision can observe. It is driven by the change log, so its
-//     cost is proportional to the changes since the last compaction, not to
-//     the size of the store:
-//     - for each key changed in [previous, target), every object version
-//     below target except the latest one (kept for reads at target and for
-//     prev_kv of later events), and that one too if it is a tombstone;
+//  1. Logical: Compact records the compacted revision C durably and at once;
+//     from then on reads and watches below C fail with ErrCompacted.
+//  2. Physical: a background loop removes what no read at or above C can
+//     observe. It is driven by the change log, so its cost is proportional to
+//     the changes since the last compaction, not to the size of the store:
+//     - for each key changed in [previous, C], every object version at or
+//     below C except the latest one (what a read at C returns), and that one
+//     too if it is a tombstone;
 //     - revision keys holding such tombstones (through the writer, so it
 //     never races a re-create of the key);
-//     - change-log records below target.
-//     It waits until no read is pinned below target, and persists its
-//     progress, so a restart resumes it.
+//     - change-log records below C.
+//     It waits until no read is pinned below C, and persists its progress, so
+//     a restart resumes it.
+//
+// As in etcd, the previous version of an event at exactly C is below C, so
+// such an event has no prev_kv; the watch hub enforces that for events it
+// still holds in memory.
 
 const compactChunk = 512
 
@@ -119,10 +122,10 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	// Keys changed in [from, target), each once.
+	// Keys changed in [from, target], each once.
 	seen := map[string]struct{}{}
 	var keys [][]byte
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(target), BatchSize: 512}, func(p kv.Pair) error {
+	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(target + 1), BatchSize: 512}, func(p kv.Pair) error {
 		cs, err := decodeChanges(p.Value)
 		if err != nil {
 			return err
@@ -150,7 +153,7 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 	}
 	for _, k := range keys {
 		var versions []kv.Pair
-		s, e := coder.ObjectVersions(k, 0, target-1)
+		s, e := coder.ObjectVersions(k, 0, target)
 		if err := scanAll(ctx, b.store, kv.ScanOptions{Start: s, End: e}, func(p kv.Pair) error {
 			versions = append(versions, p)
 			return nil
@@ -158,6 +161,10 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 			return err
 		}
 		if len(versions) == 0 {
+			// Its history was removed by an earlier compaction; a
+			// tombstone revision key left at that compaction's target
+			// may go now (cleanTombstones checks).
+			tombstones = append(tombstones, k)
 			continue
 		}
 		last := versions[len(versions)-1]
@@ -170,7 +177,12 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		}
 		if h.tombstone {
 			dels = append(dels, kv.Delete(last.Key))
-			tombstones = append(tombstones, k)
+			if h.modRev < target {
+				// A tombstone at exactly target stays readable as "deleted
+				// at target" through its revision key until the next
+				// compaction.
+				tombstones = append(tombstones, k)
+			}
 		}
 		if len(dels) >= compactChunk {
 			if err := flush(); err != nil {
@@ -213,6 +225,9 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		return err
 	}
 	b.physical.Store(target)
+	if b.metrics != nil {
+		b.metrics.compactions.Inc()
+	}
 	b.log.Debug("physical compaction done", "from", from, "to", target, "keys", len(keys), "took", time.Since(start))
 	return nil
 }

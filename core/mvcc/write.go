@@ -178,6 +178,9 @@ func (b *Backend) drainOnStop() {
 }
 
 func (b *Backend) runGroup(reqs []*request) {
+	if b.metrics != nil {
+		b.metrics.groupRequests.Observe(float64(len(reqs)))
+	}
 	g := newGroup(b)
 	results := make([]result, len(reqs))
 	live := make([]bool, len(reqs))
@@ -266,7 +269,11 @@ func (b *Backend) commitGroup(g *group) error {
 		return nil
 	}
 	ctx := context.Background()
+	start := time.Now()
 	err := b.store.Commit(ctx, ops)
+	if b.metrics != nil {
+		b.metrics.commitSeconds.Observe(time.Since(start).Seconds())
+	}
 	if errors.Is(err, kv.ErrUncertain) {
 		err = b.resolveUncertain(ctx, g, err)
 	}

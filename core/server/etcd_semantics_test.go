@@ -567,3 +567,41 @@ func TestRestartKeepsDataRevisionsLeasesAndWatchHistory(t *testing.T) {
 		t.Fatalf("history after restart: %v", evs)
 	}
 }
+
+// TestWatchAtCompactedRevisionHasNoPrevKV matches etcd: the previous version
+// of an event at exactly the compacted revision is compacted, so prev_kv is
+// absent (kube-apiserver turns that into an error and relists), while the
+// next event has it.
+func TestWatchAtCompactedRevisionHasNoPrevKV(t *testing.T) {
+	c, ctx := setup(t)
+	must(c.Put(ctx, "k", "1")) // 2
+	must(c.Put(ctx, "k", "2")) // 3
+	must(c.Put(ctx, "k", "3")) // 4
+	must(c.Compact(ctx, 3, clientv3.WithCompactPhysical()))
+	wch := c.Watch(ctx, "k", clientv3.WithRev(3), clientv3.WithPrevKV())
+	var evs []*clientv3.Event
+	for len(evs) < 2 {
+		wr := <-wch
+		if err := wr.Err(); err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, wr.Events...)
+	}
+	if evs[0].Kv.ModRevision != 3 || evs[0].PrevKv != nil {
+		t.Errorf("event at the compacted revision: prev_kv %+v, want none", evs[0].PrevKv)
+	}
+	if evs[1].PrevKv == nil || string(evs[1].PrevKv.Value) != "2" {
+		t.Errorf("event after the compacted revision: prev_kv %+v", evs[1].PrevKv)
+	}
+	// Deleted exactly at the compacted revision, then re-created.
+	must(c.Delete(ctx, "k")) // 5
+	must(c.Compact(ctx, 5, clientv3.WithCompactPhysical()))
+	if r := must(c.Get(ctx, "k", clientv3.WithRev(5))); len(r.Kvs) != 0 {
+		t.Errorf("key deleted at the compacted revision is readable there")
+	}
+	must(c.Put(ctx, "k", "new")) // 6
+	must(c.Compact(ctx, 6, clientv3.WithCompactPhysical()))
+	if r := must(c.Get(ctx, "k")); r.Kvs[0].CreateRevision != 6 || r.Kvs[0].Version != 1 {
+		t.Errorf("re-created key: %+v", r.Kvs[0])
+	}
+}

@@ -94,6 +94,7 @@ type Server struct {
 	backend *mvcc.Backend
 	hub     *watch.Hub
 	api     *etcdapi.Services
+	rpc     *rpcMetrics
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	ready   atomic.Bool
@@ -129,7 +130,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	log := opts.Logger
 	lessor := lease.New(lease.Options{})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc")})
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: opts.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
 	}
@@ -152,7 +153,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		Version:    version.Version,
 	})
 	runCtx, cancel := context.WithCancel(context.Background())
-	s := &Server{opts: opts, log: log, backend: backend, hub: hub, api: api, cancel: cancel}
+	s := &Server{opts: opts, log: log, backend: backend, hub: hub, api: api, cancel: cancel, rpc: newRPCMetrics(opts.Registerer)}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -77,7 +77,11 @@ type Hub struct {
 	changed   chan struct{} // closed and replaced on every Notify
 	closed    bool
 
-	wg sync.WaitGroup
+	// base is cancelled by Close; every watcher's context derives from it,
+	// so Close also ends watchers blocked in a sink.
+	base       context.Context
+	cancelBase context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // NewHub returns a Hub whose head is the source's current revision.
@@ -95,7 +99,8 @@ func NewHub(src Source, opts Options) *Hub {
 		opts.IsCompacted = func(error) bool { return false }
 	}
 	head := src.Rev()
-	return &Hub{src: src, opts: opts, log: opts.Logger, head: head, tailStart: head + 1, changed: make(chan struct{})}
+	base, cancel := context.WithCancel(context.Background())
+	return &Hub{src: src, opts: opts, log: opts.Logger, head: head, tailStart: head + 1, changed: make(chan struct{}), base: base, cancelBase: cancel}
 }
 
 // Notify appends committed events (revision order, all above the current
@@ -168,6 +173,7 @@ func (h *Hub) Close() {
 	close(h.changed)
 	h.changed = make(chan struct{})
 	h.mu.Unlock()
+	h.cancelBase()
 	h.wg.Wait()
 }
 
@@ -236,11 +242,15 @@ func (h *Hub) Watch(ctx context.Context, req Request, sink Sink, onAdvance func(
 	h.wg.Add(1)
 	h.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
+	stopWithHub := context.AfterFunc(h.base, cancel)
 	w := &Watcher{hub: h, req: req, sink: sink, cancel: cancel, done: make(chan struct{}), onAdvance: onAdvance, delivered: req.StartRevision - 1}
 	if m := h.opts.Metrics; m != nil {
 		m.watchers.Inc()
 	}
-	go w.run(ctx)
+	go func() {
+		defer stopWithHub()
+		w.run(ctx)
+	}()
 	return w, nil
 }
 
@@ -339,7 +349,7 @@ func (w *Watcher) run(ctx context.Context) {
 					m.historyReads.Inc()
 				}
 			}
-			if out := w.filter(events); len(out) > 0 {
+			if out := w.filter(events, h.src.CompactRev()); len(out) > 0 {
 				if err := w.sink(ctx, Response{WatchID: w.req.ID, Events: out, Revision: max(head, next-1)}); err != nil {
 					return
 				}
@@ -372,9 +382,10 @@ func (h *Hub) isClosed() bool {
 }
 
 // filter selects the events of the watcher's range and types, without
-// prev_kv unless asked. Events are shared between watchers, so it copies
-// rather than modifies them.
-func (w *Watcher) filter(events []*mvccpb.Event) []*mvccpb.Event {
+// prev_kv unless asked. As in etcd, an event at or below the compacted
+// revision gets no prev_kv: its previous version is compacted. Events are
+// shared between watchers, so it copies rather than modifies them.
+func (w *Watcher) filter(events []*mvccpb.Event, compacted int64) []*mvccpb.Event {
 	var out []*mvccpb.Event
 	for _, ev := range events {
 		if !inRange(ev.Kv.Key, w.req.Key, w.req.End) {
@@ -383,7 +394,7 @@ func (w *Watcher) filter(events []*mvccpb.Event) []*mvccpb.Event {
 		if ev.Type == mvccpb.PUT && w.req.NoPut || ev.Type == mvccpb.DELETE && w.req.NoDelete {
 			continue
 		}
-		if !w.req.PrevKV && ev.PrevKv != nil {
+		if ev.PrevKv != nil && (!w.req.PrevKV || ev.Kv.ModRevision <= compacted) {
 			ev = &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
 		}
 		out = append(out, ev)

@@ -260,7 +260,6 @@ func BenchmarkFanOut100Watchers(b *testing.B) {
 	src := &fakeSource{rev: 1}
 	h := NewHub(src, Options{})
 	defer h.Close()
-	var total sync.WaitGroup
 	var mu sync.Mutex
 	received := 0
 	for i := range 100 {
@@ -274,7 +273,6 @@ func BenchmarkFanOut100Watchers(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	_ = total
 	b.ResetTimer()
 	for i := range b.N {
 		src.write(h, fmt.Sprintf("/r/%02d/obj", i%100))
@@ -288,4 +286,28 @@ func BenchmarkFanOut100Watchers(b *testing.B) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestCloseEndsBlockedWatchers: a watcher whose client stopped reading must
+// not keep Close (and so server shutdown) waiting.
+func TestCloseEndsBlockedWatchers(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := NewHub(src, Options{IsCompacted: func(error) bool { return false }})
+	c := &collector{block: make(chan struct{})}
+	w, err := h.Watch(context.Background(), Request{Key: []byte("a")}, c.sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src.write(h, "a")
+	closed := make(chan struct{})
+	go func() {
+		h.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a watcher blocked in its sink")
+	}
+	<-w.Done()
 }

@@ -63,7 +63,7 @@ func start(t testing.TB, opts Options) *Server {
 	if err != nil {
 		t.Fatalf("servertest: start server: %v", err)
 	}
-	gs := grpc.NewServer(server.GRPCServerOptions(sopts, nil)...)
+	gs := grpc.NewServer(append(server.GRPCServerOptions(sopts, nil), srv.Interceptors()...)...)
 	srv.Register(gs)
 	served := make(chan struct{})
 	go func() {

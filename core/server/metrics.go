@@ -1,0 +1,51 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// rpcMetrics count and time every gRPC call by method and status code.
+type rpcMetrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+	streams  *prometheus.GaugeVec
+}
+
+func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
+	m := &rpcMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "engram", Subsystem: "grpc", Name: "requests_total", Help: "Unary gRPC requests by method and status code."}, []string{"method", "code"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "engram", Subsystem: "grpc", Name: "request_duration_seconds", Help: "Unary gRPC request latency.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"method"}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "grpc", Name: "open_streams", Help: "Open gRPC streams by method (watch, lease keepalive)."}, []string{"method"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.requests, m.latency, m.streams)
+	}
+	return m
+}
+
+func (m *rpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
+	m.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	return resp, err
+}
+
+func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	g := m.streams.WithLabelValues(info.FullMethod)
+	g.Inc()
+	defer g.Dec()
+	return handler(srv, ss)
+}
+
+// Interceptors returns the server options that record request metrics. Pass
+// them to grpc.NewServer together with GRPCServerOptions.
+func (s *Server) Interceptors() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.rpc.unary), grpc.ChainStreamInterceptor(s.rpc.stream)}
+}
