@@ -1,0 +1,98 @@
+package etcdapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/mvcc"
+)
+
+func put(k string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte(k)}}}
+}
+
+func del(k, end string) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte(k), RangeEnd: []byte(end)}}}
+}
+
+func txn(success, failure []*pb.RequestOp) *pb.RequestOp {
+	return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: success, Failure: failure}}}
+}
+
+func TestCheckTxnIntervals(t *testing.T) {
+	l := Limits{}.withDefaults()
+	tests := []struct {
+		name string
+		txn  *pb.TxnRequest
+		want error
+	}{
+		{"distinct puts", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), put("b")}}, nil},
+		{"same key in both branches", &pb.TxnRequest{Success: []*pb.RequestOp{put("a")}, Failure: []*pb.RequestOp{put("a")}}, nil},
+		{"duplicate put", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), put("a")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"put inside delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("b")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"put outside delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("c")}}, nil},
+		{"put inside from-key delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "\x00"), put("zz")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"nested branches may overlap each other", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{put("a")}, []*pb.RequestOp{put("a")})}}, nil},
+		{"nested overlaps outer", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), txn([]*pb.RequestOp{put("a")}, nil)}}, rpctypes.ErrGRPCDuplicateKey},
+		{"nested put in outer delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "z"), txn(nil, []*pb.RequestOp{put("m")})}}, rpctypes.ErrGRPCDuplicateKey},
+		{"empty key", &pb.TxnRequest{Success: []*pb.RequestOp{put("")}}, rpctypes.ErrGRPCEmptyKey},
+		{"empty op", &pb.TxnRequest{Success: []*pb.RequestOp{{}}}, status.Error(codes.InvalidArgument, "engram: empty request op in txn")},
+	}
+	for _, tc := range tests {
+		err := l.checkTxn(tc.txn)
+		if fmt.Sprint(err) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	many := &pb.TxnRequest{}
+	for i := range 129 {
+		many.Compare = append(many.Compare, &pb.Compare{Key: []byte(fmt.Sprint(i))})
+	}
+	if err := l.checkTxn(many); err != rpctypes.ErrGRPCTooManyOps {
+		t.Errorf("129 compares: %v", err)
+	}
+}
+
+func TestKeyLimitCountsEscapedBytes(t *testing.T) {
+	l := Limits{MaxKeyBytes: 10}.withDefaults()
+	if err := l.checkKey([]byte(strings.Repeat("a", 10))); err != nil {
+		t.Errorf("10-byte key refused: %v", err)
+	}
+	err := l.checkKey([]byte("aaaaaa\x00\x00\x00\x00"))
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "exceeds the limit") {
+		t.Errorf("key that escapes to 14 bytes: %v", err)
+	}
+}
+
+func TestToGRPC(t *testing.T) {
+	tests := []struct {
+		in   error
+		want error
+	}{
+		{fmt.Errorf("read: %w", mvcc.ErrCompacted), rpctypes.ErrGRPCCompacted},
+		{mvcc.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+		{mvcc.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+		{mvcc.ErrClosed, rpctypes.ErrGRPCStopped},
+		{context.Canceled, rpctypes.ErrGRPCCanceled},
+		{rpctypes.ErrGRPCEmptyKey, rpctypes.ErrGRPCEmptyKey},
+	}
+	for _, tc := range tests {
+		if got := toGRPC(tc.in); got.Error() != tc.want.Error() {
+			t.Errorf("toGRPC(%v) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	if got := toGRPC(fmt.Errorf("%w: disk gone", mvcc.ErrUnavailable)); status.Code(got) != codes.Unavailable || !strings.Contains(got.Error(), "disk gone") {
+		t.Errorf("storage failure: %v", got)
+	}
+	if got := toGRPC(errors.New("boom")); status.Code(got) != codes.Internal {
+		t.Errorf("unknown error: %v", got)
+	}
+}
