@@ -40,6 +40,8 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseExist
 	case errors.Is(err, mvcc.ErrKeyNotFound):
 		return rpctypes.ErrGRPCKeyNotFound
+	case errors.Is(err, mvcc.ErrNotLeader):
+		return rpctypes.ErrGRPCLeaderChanged
 	case errors.Is(err, mvcc.ErrClosed):
 		return rpctypes.ErrGRPCStopped
 	case errors.Is(err, context.Canceled):

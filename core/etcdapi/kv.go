@@ -18,7 +18,7 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := k.s.limits.checkRange(r); err != nil {
 		return nil, err
 	}
-	resp, err := k.s.b.Range(ctx, r)
+	resp, err := k.s.current().Backend.Range(ctx, r)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -33,7 +33,15 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := k.s.limits.checkPut(r); err != nil {
 		return nil, err
 	}
-	resp, err := k.s.b.Put(ctx, r)
+	role := k.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewKVClient(role.Leader).Put(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	resp, err := role.Backend.Put(ctx, r)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -48,7 +56,15 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	if err := k.s.limits.checkDelete(r); err != nil {
 		return nil, err
 	}
-	resp, err := k.s.b.DeleteRange(ctx, r)
+	role := k.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewKVClient(role.Leader).DeleteRange(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	resp, err := role.Backend.DeleteRange(ctx, r)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -63,7 +79,15 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := k.s.limits.checkTxn(r); err != nil {
 		return nil, err
 	}
-	resp, err := k.s.b.Txn(ctx, r)
+	role := k.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewKVClient(role.Leader).Txn(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	resp, err := role.Backend.Txn(ctx, r)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -88,7 +112,15 @@ func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
 }
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	rev, err := k.s.b.Compact(ctx, r.Revision, r.Physical)
+	role := k.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewKVClient(role.Leader).Compact(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	rev, err := role.Backend.Compact(ctx, r.Revision, r.Physical)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

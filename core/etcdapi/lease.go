@@ -19,6 +19,14 @@ type leaseServer struct {
 }
 
 func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	role := l.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewLeaseClient(role.Leader).LeaseGrant(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
 	if r.TTL > lease.MaxTTL {
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
@@ -27,10 +35,10 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	}
 	id := r.ID
 	if id == 0 {
-		id = l.s.lessor.NewID()
+		id = role.Lessor.NewID()
 	}
-	ttl := l.s.lessor.EffectiveTTL(r.TTL)
-	rev, err := l.s.b.GrantLease(ctx, id, ttl)
+	ttl := role.Lessor.EffectiveTTL(r.TTL)
+	rev, err := role.Backend.GrantLease(ctx, id, ttl)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -38,7 +46,15 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 }
 
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	rev, err := l.s.b.RevokeLease(ctx, r.ID)
+	role := l.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewLeaseClient(role.Leader).LeaseRevoke(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	rev, err := role.Backend.RevokeLease(ctx, r.ID)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -46,6 +62,13 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 }
 
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	role := l.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return noLeader
+		}
+		return l.s.forwardKeepAlive(stream.Context(), role, stream)
+	}
 	for {
 		req, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -59,32 +82,48 @@ func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error
 		}
 		// etcd answers a keepalive for an unknown or expired lease with
 		// TTL 0 rather than an error.
-		ttl, err := l.s.lessor.Renew(req.ID)
+		ttl, err := role.Lessor.Renew(req.ID)
 		if err != nil {
 			ttl = 0
 		}
-		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(l.s.b.Rev()), ID: req.ID, TTL: ttl}); err != nil {
+		if err := stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(role.Backend.Rev()), ID: req.ID, TTL: ttl}); err != nil {
 			return err
 		}
 	}
 }
 
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	info, err := l.s.lessor.Lookup(r.ID)
+	role := l.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewLeaseClient(role.Leader).LeaseTimeToLive(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	info, err := role.Lessor.Lookup(r.ID)
 	if err != nil {
 		// etcd reports a missing lease as TTL -1, not as an error.
-		return &pb.LeaseTimeToLiveResponse{Header: l.s.header(l.s.b.Rev()), ID: r.ID, TTL: -1}, nil
+		return &pb.LeaseTimeToLiveResponse{Header: l.s.header(role.Backend.Rev()), ID: r.ID, TTL: -1}, nil
 	}
-	resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(l.s.b.Rev()), ID: r.ID, TTL: info.Remaining, GrantedTTL: info.TTL}
+	resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(role.Backend.Rev()), ID: r.ID, TTL: info.Remaining, GrantedTTL: info.TTL}
 	if r.Keys {
-		resp.Keys = l.s.lessor.Keys(r.ID)
+		resp.Keys = role.Lessor.Keys(r.ID)
 	}
 	return resp, nil
 }
 
 func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	ids := l.s.lessor.List()
-	resp := &pb.LeaseLeasesResponse{Header: l.s.header(l.s.b.Rev()), Leases: make([]*pb.LeaseStatus, len(ids))}
+	role := l.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return nil, noLeader
+		}
+		resp, err := pb.NewLeaseClient(role.Leader).LeaseLeases(forwardCtx(ctx), r)
+		return resp, forwardErrOrNil(err)
+	}
+	ids := role.Lessor.List()
+	resp := &pb.LeaseLeasesResponse{Header: l.s.header(role.Backend.Rev()), Leases: make([]*pb.LeaseStatus, len(ids))}
 	for i, id := range ids {
 		resp.Leases[i] = &pb.LeaseStatus{ID: id}
 	}

@@ -25,13 +25,14 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 			size = n
 		}
 	}
-	rev := m.s.b.Rev()
+	role := m.s.current()
+	rev := role.Backend.Rev()
 	return &pb.StatusResponse{
 		Header:           m.s.header(rev),
 		Version:          m.s.version,
 		DbSize:           size,
 		DbSizeInUse:      size,
-		Leader:           m.s.memberID,
+		Leader:           role.LeaderID,
 		RaftIndex:        uint64(rev),
 		RaftTerm:         1,
 		RaftAppliedIndex: uint64(rev),
@@ -43,7 +44,7 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	switch r.Action {
 	case pb.AlarmRequest_GET, pb.AlarmRequest_DEACTIVATE:
 		// Engram raises no alarms: space is the storage engine's concern.
-		return &pb.AlarmResponse{Header: m.s.header(m.s.b.Rev())}, nil
+		return &pb.AlarmResponse{Header: m.s.header(m.s.current().Backend.Rev())}, nil
 	default:
 		return nil, unimplemented("alarms cannot be activated: Engram raises no alarms (space is managed by the storage engine)")
 	}
@@ -65,11 +66,11 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	return &pb.HashKVResponse{Header: m.s.header(rev), Hash: h, CompactRevision: m.s.b.CompactRev(), HashRevision: rev}, nil
+	return &pb.HashKVResponse{Header: m.s.header(rev), Hash: h, CompactRevision: m.s.current().Backend.CompactRev(), HashRevision: rev}, nil
 }
 
 func (m *maintenanceServer) hashAt(ctx context.Context, rev int64) (uint32, int64, error) {
-	resp, err := m.s.b.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
+	resp, err := m.s.current().Backend.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
 	if err != nil {
 		return 0, 0, toGRPC(err)
 	}
@@ -111,10 +112,14 @@ type clusterServer struct {
 }
 
 func (c *clusterServer) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	return &pb.MemberListResponse{
-		Header:  c.s.header(c.s.b.Rev()),
-		Members: []*pb.Member{{ID: c.s.memberID, Name: c.s.name, ClientURLs: c.s.urls}},
-	}, nil
+	members := []*pb.Member{{ID: c.s.memberID, Name: c.s.name, ClientURLs: c.s.urls}}
+	if c.s.members != nil {
+		var err error
+		if members, err = c.s.members(ctx); err != nil {
+			return nil, toGRPC(err)
+		}
+	}
+	return &pb.MemberListResponse{Header: c.s.header(c.s.current().Backend.Rev()), Members: members}, nil
 }
 
 func (c *clusterServer) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {

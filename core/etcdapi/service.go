@@ -1,41 +1,38 @@
 package etcdapi
 
 import (
+	"context"
 	"hash/fnv"
 	"log/slog"
-	"time"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/lease"
-	"github.com/engramkv/engram/core/mvcc"
-	"github.com/engramkv/engram/core/watch"
 )
 
 // Options configure the services.
 type Options struct {
-	Backend *mvcc.Backend
-	Hub     *watch.Hub
-	Store   kv.Store
-	Limits  Limits
-	Logger  *slog.Logger
+	// Role is the initial role; SetRole changes it.
+	Role   *Role
+	Store  kv.Store
+	Limits Limits
+	Logger *slog.Logger
 	// Name is this member's name; its hash is the member and cluster ID.
 	Name       string
 	ClientURLs []string
 	// Version is reported by Status; it must be >= 3.5.13 for
 	// kube-apiserver to enable RequestWatchProgress.
 	Version string
-	// StartedAt is reported in logs only.
-	StartedAt time.Time
+	// Members lists the cluster's members for MemberList; nil reports
+	// this node alone.
+	Members func(context.Context) ([]*pb.Member, error)
 }
 
 // Services implements the etcd v3 gRPC services.
 type Services struct {
-	b        *mvcc.Backend
-	hub      *watch.Hub
-	lessor   *lease.Lessor
+	role     atomic.Pointer[Role]
 	store    kv.Store
 	limits   Limits
 	log      *slog.Logger
@@ -43,6 +40,7 @@ type Services struct {
 	urls     []string
 	version  string
 	memberID uint64
+	members  func(context.Context) ([]*pb.Member, error)
 }
 
 // New returns the services.
@@ -53,21 +51,33 @@ func New(opts Options) *Services {
 	if opts.Name == "" {
 		opts.Name = "default"
 	}
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(opts.Name))
-	return &Services{
-		b:        opts.Backend,
-		hub:      opts.Hub,
-		lessor:   opts.Backend.Lessor(),
+	s := &Services{
 		store:    opts.Store,
 		limits:   opts.Limits.withDefaults(),
 		log:      opts.Logger,
 		name:     opts.Name,
 		urls:     opts.ClientURLs,
 		version:  opts.Version,
-		memberID: h.Sum64() | 1,
+		memberID: MemberID(opts.Name),
+		members:  opts.Members,
 	}
+	s.role.Store(opts.Role)
+	return s
 }
+
+// MemberID derives a member's etcd ID from its name.
+func MemberID(name string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(name))
+	return h.Sum64() | 1
+}
+
+// SetRole switches the services to a new role; requests already running
+// finish on the old one.
+func (s *Services) SetRole(r *Role) { s.role.Store(r) }
+
+// current returns the role now in force.
+func (s *Services) current() *Role { return s.role.Load() }
 
 // Register registers every service on gs.
 func (s *Services) Register(gs *grpc.Server) {

@@ -22,9 +22,16 @@ type watchServer struct {
 // outgoing queue. Each watcher's loop queues its own responses, so a slow
 // client slows only its own stream.
 func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	role := w.s.current()
+	if !role.leading() {
+		if role.Leader == nil {
+			return noLeader
+		}
+		return w.s.forwardWatch(stream.Context(), role, stream)
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	ws := &watchStream{s: w.s, ctx: ctx, out: make(chan *pb.WatchResponse, 128), watchers: map[int64]*watch.Watcher{}}
+	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, out: make(chan *pb.WatchResponse, 128), watchers: map[int64]*watch.Watcher{}}
 	defer ws.stopAll()
 	sendErr := make(chan error, 1)
 	go func() { sendErr <- ws.sendLoop(stream) }()
@@ -52,6 +59,7 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 
 type watchStream struct {
 	s   *Services
+	hub *watch.Hub
 	ctx context.Context
 	out chan *pb.WatchResponse
 
@@ -121,7 +129,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 		cr.Key = []byte{0}
 	}
 	if err := ws.s.limits.checkKey(cr.Key); err != nil {
-		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.s.hub.Head()), WatchId: cr.WatchId, Created: true, Canceled: true, CancelReason: status.Convert(err).Message()})
+		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.hub.Head()), WatchId: cr.WatchId, Created: true, Canceled: true, CancelReason: status.Convert(err).Message()})
 	}
 	req := watch.Request{Key: cr.Key, End: cr.RangeEnd, StartRevision: cr.StartRevision, PrevKV: cr.PrevKv, ProgressNotify: cr.ProgressNotify}
 	for _, f := range cr.Filters {
@@ -132,7 +140,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 			req.NoDelete = true
 		}
 	}
-	head := ws.s.hub.Head()
+	head := ws.hub.Head()
 	if req.StartRevision <= 0 {
 		req.StartRevision = head + 1
 	}
@@ -157,7 +165,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	if err := ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: req.ID, Created: true}); err != nil {
 		return err
 	}
-	w, err := ws.s.hub.Watch(ws.ctx, req, ws.sink, ws.checkProgress)
+	w, err := ws.hub.Watch(ws.ctx, req, ws.sink, ws.checkProgress)
 	if err != nil {
 		ws.mu.Lock()
 		delete(ws.watchers, req.ID)
@@ -206,7 +214,7 @@ func (ws *watchStream) cancel(id int64) error {
 	if w != nil {
 		w.Stop()
 	}
-	if err := ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.s.hub.Head()), WatchId: id, Canceled: true}); err != nil {
+	if err := ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.hub.Head()), WatchId: id, Canceled: true}); err != nil {
 		return err
 	}
 	ws.checkProgress()
@@ -216,7 +224,7 @@ func (ws *watchStream) cancel(id int64) error {
 // requestProgress answers a RequestProgress once all watchers of the stream
 // are synced, with watch ID -1, as etcd >= 3.5.13 does.
 func (ws *watchStream) requestProgress() {
-	target := ws.s.hub.Head()
+	target := ws.hub.Head()
 	ws.mu.Lock()
 	if ws.progressTarget == 0 || target > ws.progressTarget {
 		ws.progressTarget = target
@@ -235,7 +243,7 @@ func (ws *watchStream) checkProgress() {
 		ws.mu.Unlock()
 		return
 	}
-	rev := ws.s.hub.Head()
+	rev := ws.hub.Head()
 	for _, w := range ws.watchers {
 		if w == nil {
 			ws.mu.Unlock()

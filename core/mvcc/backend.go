@@ -66,6 +66,9 @@ var (
 	ErrStoreConflict = errors.New("mvcc: store modified by another writer")
 	// ErrUnavailable wraps storage failures; the write was not applied.
 	ErrUnavailable = errors.New("mvcc: storage unavailable")
+	// ErrNotLeader means this node may not write: it is a follower, or it
+	// lost the leadership. The write was not applied.
+	ErrNotLeader = errors.New("mvcc: not the leader")
 )
 
 const metaCompact = "compact"
@@ -87,6 +90,14 @@ type Options struct {
 	MaxGroupBytes int
 	// Registerer receives the backend's metrics; nil records none.
 	Registerer prometheus.Registerer
+	// Fence, when set, is called before every commit: it returns an op
+	// added to the batch that fails the batch if this node lost the
+	// leadership (see package election), or an error to refuse to write.
+	Fence func() (kv.Op, error)
+	// ReadOnly opens a follower's view: no writer, no compaction, no
+	// leases; every read takes the current and compacted revisions from the
+	// store, so it sees every write acknowledged by the leader before it.
+	ReadOnly bool
 }
 
 // Backend is the MVCC store. All methods are safe for concurrent use.
@@ -107,6 +118,8 @@ type Backend struct {
 	maxGroupRequests int
 	maxGroupBytes    int
 	metrics          *metrics
+	fence            func() (kv.Op, error)
+	readOnly         bool
 
 	reqs   chan *request
 	stopCh chan struct{}
@@ -149,11 +162,16 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		maxGroupBytes:    opts.MaxGroupBytes,
 		reqs:             make(chan *request, 4096),
 		stopCh:           make(chan struct{}),
+		fence:            opts.Fence,
+		readOnly:         opts.ReadOnly,
 	}
 	b.pins.m = map[int64]int{}
 	b.metrics = newMetrics(opts.Registerer, b)
 	if err := b.loadCompacted(ctx); err != nil {
 		return nil, err
+	}
+	if opts.ReadOnly {
+		return b, nil
 	}
 	if err := b.loadLeases(ctx); err != nil {
 		return nil, err
@@ -188,8 +206,29 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	close(b.stopCh)
+	if b.readOnly {
+		return nil
+	}
 	b.wg.Wait()
 	return nil
+}
+
+// readRevisions returns the revision a read observes and the compacted
+// revision. A follower reads both from the store: the change log's last
+// record is the highest revision any leader committed.
+func (b *Backend) readRevisions(ctx context.Context) (int64, int64, error) {
+	if !b.readOnly {
+		return b.clock.Current(), b.compactRev.Load(), nil
+	}
+	rev, err := tso.Recover(ctx, b.store)
+	if err != nil {
+		return 0, 0, storageErr("read revision", err)
+	}
+	if err := b.loadCompacted(ctx); err != nil {
+		return 0, 0, storageErr("read compacted revision", err)
+	}
+	b.clock.Advance(max(rev, b.clock.Current()))
+	return b.clock.Current(), b.compactRev.Load(), nil
 }
 
 func (b *Backend) loadCompacted(ctx context.Context) error {
@@ -203,8 +242,8 @@ func (b *Backend) loadCompacted(ctx context.Context) error {
 	if len(v) != 16 {
 		return fmt.Errorf("mvcc: compacted revision record of %d bytes", len(v))
 	}
-	b.compactRev.Store(int64(binary.BigEndian.Uint64(v)))
-	b.physical.Store(int64(binary.BigEndian.Uint64(v[8:])))
+	storeMax(&b.compactRev, int64(binary.BigEndian.Uint64(v)))
+	storeMax(&b.physical, int64(binary.BigEndian.Uint64(v[8:])))
 	return nil
 }
 
@@ -236,6 +275,16 @@ func (b *Backend) loadLeases(ctx context.Context) error {
 		return fmt.Errorf("mvcc: load lease attachments: %w", err)
 	}
 	return nil
+}
+
+// storeMax raises a to v; revisions only move forward.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
 }
 
 // scanAll calls fn for every pair of a scan.

@@ -34,6 +34,9 @@ const compactChunk = 512
 // Compact compacts the history below rev. It returns the current revision.
 // With wait, it returns once the physical compaction has finished.
 func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, error) {
+	if b.readOnly {
+		return 0, ErrNotLeader
+	}
 	b.compactMu.Lock()
 	cur := b.clock.Current()
 	if rev <= b.compactRev.Load() {

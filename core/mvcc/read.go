@@ -43,7 +43,10 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	if b.closed.Load() {
 		return nil, ErrClosed
 	}
-	cur := b.clock.Current()
+	cur, _, err := b.readRevisions(ctx)
+	if err != nil {
+		return nil, err
+	}
 	rev := req.Revision
 	if rev > cur {
 		return nil, ErrFutureRev

@@ -59,6 +59,9 @@ func (r *request) size() int {
 func (r *request) exclusive() bool { return r.kind != reqTxn }
 
 func (b *Backend) submit(ctx context.Context, r *request) (result, error) {
+	if b.readOnly {
+		return result{}, ErrNotLeader
+	}
 	if b.closed.Load() {
 		return result{}, ErrClosed
 	}
@@ -241,7 +244,7 @@ func (b *Backend) runGroup(reqs []*request) {
 var errAbortGroup = errors.New("mvcc: write group aborted")
 
 func isStorageFailure(err error) bool {
-	return errors.Is(err, errAbortGroup) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrClosed) || errors.Is(err, errBadRecord)
+	return errors.Is(err, errAbortGroup) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrClosed) || errors.Is(err, errBadRecord)
 }
 
 func setInnerHeader(op *pb.ResponseOp, rev int64) {
@@ -268,6 +271,15 @@ func (b *Backend) commitGroup(g *group) error {
 	if len(ops) == 0 {
 		return nil
 	}
+	var fenceKey []byte
+	if b.fence != nil {
+		op, err := b.fence()
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
+		fenceKey = op.Key
+		ops = append(ops, op)
+	}
 	ctx := context.Background()
 	start := time.Now()
 	err := b.store.Commit(ctx, ops)
@@ -278,6 +290,9 @@ func (b *Backend) commitGroup(g *group) error {
 		err = b.resolveUncertain(ctx, g, err)
 	}
 	if err != nil {
+		if c, ok := kv.AsConflict(err); ok && fenceKey != nil && bytes.Equal(c.Key, fenceKey) {
+			return fmt.Errorf("%w: another node took over (fenced)", ErrNotLeader)
+		}
 		if c, ok := kv.AsConflict(err); ok {
 			b.log.Error("store changed underneath the writer; write rejected", "key", fmt.Sprintf("%q", c.Key))
 			return fmt.Errorf("%w: %w", ErrStoreConflict, err)

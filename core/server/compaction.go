@@ -30,7 +30,7 @@ func (p CompactionPolicy) validate() error {
 // own compactor: both only ever move the compacted revision forward, a target
 // at or below the current compacted revision is skipped, and ErrCompacted
 // from a concurrent compaction is expected, not an error.
-func (s *Server) runCompactionPolicy(ctx context.Context) {
+func (s *Server) runCompactionPolicy(ctx context.Context, backend *mvcc.Backend) {
 	p := s.opts.Compaction
 	interval := p.Interval
 	if interval <= 0 {
@@ -58,7 +58,7 @@ func (s *Server) runCompactionPolicy(ctx context.Context) {
 			var target int64
 			switch p.Mode {
 			case "periodic":
-				samples = append(samples, sample{now, s.backend.Rev()})
+				samples = append(samples, sample{now, backend.Rev()})
 				i := 0
 				for i+1 < len(samples) && now.Sub(samples[i+1].at) >= p.Retention {
 					i++
@@ -68,12 +68,12 @@ func (s *Server) runCompactionPolicy(ctx context.Context) {
 					target = samples[0].rev
 				}
 			case "revision":
-				target = s.backend.Rev() - p.Revisions
+				target = backend.Rev() - p.Revisions
 			}
-			if target <= s.backend.CompactRev() || target <= 1 {
+			if target <= backend.CompactRev() || target <= 1 {
 				continue
 			}
-			if _, err := s.backend.Compact(ctx, target, false); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
+			if _, err := backend.Compact(ctx, target, false); err != nil && !errors.Is(err, mvcc.ErrCompacted) {
 				s.log.Warn("scheduled compaction failed", "target", target, "err", err)
 				continue
 			}

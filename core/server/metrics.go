@@ -32,9 +32,13 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 func (m *rpcMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	resp, err := handler(ctx, req)
-	m.latency.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
-	m.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	m.observe(info.FullMethod, start, err)
 	return resp, err
+}
+
+func (m *rpcMetrics) observe(method string, start time.Time, err error) {
+	m.latency.WithLabelValues(method).Observe(time.Since(start).Seconds())
+	m.requests.WithLabelValues(method, status.Code(err).String()).Inc()
 }
 
 func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -44,8 +48,24 @@ func (m *rpcMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	return handler(srv, ss)
 }
 
-// Interceptors returns the server options that record request metrics. Pass
+// Interceptors returns the server options that record request metrics and
+// answer "no leader" to requests that require one while there is none. Pass
 // them to grpc.NewServer together with GRPCServerOptions.
 func (s *Server) Interceptors() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(s.rpc.unary), grpc.ChainStreamInterceptor(s.rpc.stream)}
+	unaryLeader := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := s.checkLeader(ctx); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+	streamLeader := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := s.checkLeader(ss.Context()); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(s.rpc.unary, unaryLeader),
+		grpc.ChainStreamInterceptor(s.rpc.stream, streamLeader),
+	}
 }

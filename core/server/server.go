@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/engramkv/engram/core/election"
 	"github.com/engramkv/engram/core/etcdapi"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/lease"
@@ -60,10 +61,29 @@ type Options struct {
 	// MaxTxnOps bounds the operations in one Txn (etcd default 128).
 	MaxTxnOps int
 
-	// Name is this member's name in MemberList and Status.
+	// Name is this member's name in MemberList and Status. In a cluster it
+	// must be unique and stable: it is the node's identity in the election.
 	Name string
-	// AdvertiseClientURLs are reported in MemberList.
+	// AdvertiseClientURLs are reported in MemberList; in a cluster the first
+	// one is where followers forward to this node when it leads.
 	AdvertiseClientURLs []string
+
+	// Cluster runs several nodes over one shared store.
+	Cluster ClusterOptions
+}
+
+// ClusterOptions configure leader election among nodes sharing a store.
+type ClusterOptions struct {
+	// Enabled runs the election. Without it the node is always leader,
+	// which is right when nothing else can open the store (badger).
+	Enabled bool
+	// LeaseDuration bounds how long a failed leader keeps the lease: a new
+	// leader serves within about this time.
+	LeaseDuration time.Duration
+	// RenewInterval is how often the leader renews (at most half the lease).
+	RenewInterval time.Duration
+	// ClientTLS, if set, is used to forward requests to the leader.
+	ClientTLS *tls.Config
 }
 
 // CompactionPolicy is a server-side compaction schedule. Mode "" disables it.
@@ -91,14 +111,28 @@ const (
 type Server struct {
 	opts    Options
 	log     *slog.Logger
-	backend *mvcc.Backend
-	hub     *watch.Hub
 	api     *etcdapi.Services
 	rpc     *rpcMetrics
+	watchM  *watch.Metrics
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	ready   atomic.Bool
 	closed  atomic.Bool
+	elector *election.Elector // nil unless clustered
+	reader  *mvcc.Backend     // a follower's read-only view; nil unless clustered
+
+	mu     sync.Mutex
+	leader *leaderState     // non-nil while this node leads
+	conn   *grpc.ClientConn // to the leader, while following
+}
+
+// leaderState is what exists only while this node leads.
+type leaderState struct {
+	backend *mvcc.Backend
+	hub     *watch.Hub
+	lessor  *lease.Lessor
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // ErrNotReady is returned by Ready until recovery has finished or after Close.
@@ -129,35 +163,61 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		opts.Name = "default"
 	}
 	log := opts.Logger
-	lessor := lease.New(lease.Options{})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: opts.Registerer})
-	if err != nil {
-		return nil, fmt.Errorf("server: recover state: %w", err)
-	}
-	hub := watch.NewHub(backend, watch.Options{
-		ProgressInterval: opts.ProgressNotifyInterval,
-		MaxLag:           opts.WatchMaxLag,
-		IsCompacted:      func(err error) bool { return errors.Is(err, mvcc.ErrCompacted) },
-		Logger:           log.With("component", "watch"),
-		Metrics:          watch.NewMetrics(opts.Registerer),
-	})
-	backend.SetNotifier(hub)
-	api := etcdapi.New(etcdapi.Options{
-		Backend:    backend,
-		Hub:        hub,
+	runCtx, cancel := context.WithCancel(context.Background())
+	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer)}
+	apiOpts := etcdapi.Options{
 		Store:      opts.Store,
 		Limits:     etcdapi.Limits{MaxRequestBytes: opts.MaxRequestBytes, MaxTxnOps: opts.MaxTxnOps},
 		Logger:     log.With("component", "api"),
 		Name:       opts.Name,
 		ClientURLs: opts.AdvertiseClientURLs,
 		Version:    version.Version,
+	}
+	if !opts.Cluster.Enabled {
+		ls, err := s.startLeader(runCtx, nil, opts.Registerer)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		s.leader = ls
+		apiOpts.Role = ls.role(etcdapi.MemberID(opts.Name))
+		s.api = etcdapi.New(apiOpts)
+		s.ready.Store(true)
+		return s, nil
+	}
+	if err := s.startCluster(ctx, runCtx, &apiOpts); err != nil {
+		cancel()
+		return nil, err
+	}
+	s.ready.Store(true)
+	return s, nil
+}
+
+// startLeader recovers the state from the store and starts what only the
+// leader runs: the writer (fenced when fence is set), the watch hub, the
+// lease expiry loop and the compaction policy. They stop when ctx ends or
+// stopLeader is called.
+func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
+	log := s.log
+	lessor := lease.New(lease.Options{})
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence})
+	if err != nil {
+		return nil, fmt.Errorf("server: recover state: %w", err)
+	}
+	hub := watch.NewHub(backend, watch.Options{
+		ProgressInterval: s.opts.ProgressNotifyInterval,
+		MaxLag:           s.opts.WatchMaxLag,
+		IsCompacted:      func(err error) bool { return errors.Is(err, mvcc.ErrCompacted) },
+		Logger:           log.With("component", "watch"),
+		Metrics:          s.watchM,
 	})
-	runCtx, cancel := context.WithCancel(context.Background())
-	s := &Server{opts: opts, log: log, backend: backend, hub: hub, api: api, cancel: cancel, rpc: newRPCMetrics(opts.Registerer)}
-	s.wg.Add(1)
+	backend.SetNotifier(hub)
+	lctx, cancel := context.WithCancel(ctx)
+	ls := &leaderState{backend: backend, hub: hub, lessor: lessor, cancel: cancel}
+	ls.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
-		lessor.Run(runCtx, log.With("component", "lease"), func(ctx context.Context, id int64) error {
+		defer ls.wg.Done()
+		lessor.Run(lctx, log.With("component", "lease"), func(ctx context.Context, id int64) error {
 			_, err := backend.RevokeLease(ctx, id)
 			if errors.Is(err, mvcc.ErrLeaseNotFound) {
 				return nil
@@ -165,15 +225,27 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 			return err
 		}, time.Second)
 	}()
-	if opts.Compaction.Mode != "" {
-		s.wg.Add(1)
+	if s.opts.Compaction.Mode != "" {
+		ls.wg.Add(1)
 		go func() {
-			defer s.wg.Done()
-			s.runCompactionPolicy(runCtx)
+			defer ls.wg.Done()
+			s.runCompactionPolicy(lctx, backend)
 		}()
 	}
-	s.ready.Store(true)
-	return s, nil
+	return ls, nil
+}
+
+func (ls *leaderState) role(id uint64) *etcdapi.Role {
+	return &etcdapi.Role{Backend: ls.backend, Hub: ls.hub, Lessor: ls.lessor, LeaderID: id}
+}
+
+// stop ends the leader's loops, answers the writes already queued (a
+// deposed leader's fail their fence), and ends its watchers.
+func (ls *leaderState) stop() {
+	ls.cancel()
+	ls.wg.Wait()
+	ls.hub.Close()
+	_ = ls.backend.Close()
 }
 
 // Register registers the etcd services on gs.
@@ -187,8 +259,12 @@ func (s *Server) Ready() error {
 	return nil
 }
 
-// Rev returns the current revision.
-func (s *Server) Rev() int64 { return s.backend.Rev() }
+// IsLeader reports whether this node leads (always true without a cluster).
+func (s *Server) IsLeader() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader != nil
+}
 
 // Close stops the server: queued writes are committed and acknowledged,
 // watchers end, background loops stop. It does not close the store. Call it
@@ -201,8 +277,21 @@ func (s *Server) Close(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		s.wg.Wait()
-		s.hub.Close()
-		_ = s.backend.Close()
+		s.mu.Lock()
+		ls := s.leader
+		s.leader = nil
+		conn := s.conn
+		s.conn = nil
+		s.mu.Unlock()
+		if ls != nil {
+			ls.stop()
+		}
+		if conn != nil {
+			_ = conn.Close()
+		}
+		if s.reader != nil {
+			_ = s.reader.Close()
+		}
 		close(done)
 	}()
 	select {

@@ -1,0 +1,141 @@
+package etcdapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/lease"
+	"github.com/engramkv/engram/core/mvcc"
+	"github.com/engramkv/engram/core/watch"
+)
+
+// Role is what this node does at the moment. The leader has a writable
+// backend, a watch hub and a lessor; a follower has a read-only backend and,
+// when a leader is known, a connection to it for everything else.
+type Role struct {
+	// Backend serves reads on every node and writes on the leader.
+	Backend *mvcc.Backend
+	// Hub and Lessor are set on the leader only.
+	Hub    *watch.Hub
+	Lessor *lease.Lessor
+	// Leader is set on a follower that knows the leader.
+	Leader *grpc.ClientConn
+	// LeaderID is the member ID of the leader (0 when unknown).
+	LeaderID uint64
+}
+
+func (r *Role) leading() bool { return r.Hub != nil }
+
+// forwardCtx carries the caller's metadata (e.g. hasleader) to the leader.
+func forwardCtx(ctx context.Context) context.Context {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		return metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	return ctx
+}
+
+// forwardErr keeps the leader's own answers; a failure to reach the leader
+// becomes etcd's "leader changed", which clients retry.
+func forwardErr(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return rpctypes.ErrGRPCCanceled
+	}
+	st, ok := status.FromError(err)
+	switch {
+	case !ok:
+		return rpctypes.ErrGRPCLeaderChanged
+	case st.Code() == codes.Unavailable && !strings.HasPrefix(st.Message(), "etcdserver:"):
+		return rpctypes.ErrGRPCLeaderChanged
+	default:
+		return err
+	}
+}
+
+func forwardErrOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return forwardErr(err)
+}
+
+// noLeader is returned by a follower that knows no leader.
+var noLeader = rpctypes.ErrGRPCNoLeader
+
+// proxyStream copies messages both ways between a client stream and a stream
+// to the leader until either ends.
+func proxyStream[Req, Resp any](ctx context.Context, recv func() (*Req, error), send func(*Resp) error, up interface {
+	Send(*Req) error
+	Recv() (*Resp, error)
+	CloseSend() error
+}) error {
+	errc := make(chan error, 2)
+	go func() {
+		for {
+			m, err := recv()
+			if errors.Is(err, io.EOF) {
+				_ = up.CloseSend()
+				return
+			}
+			if err != nil {
+				errc <- nil
+				return
+			}
+			if err := up.Send(m); err != nil {
+				errc <- forwardErr(err)
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			m, err := up.Recv()
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					errc <- nil
+				} else {
+					errc <- forwardErr(err)
+				}
+				return
+			}
+			if err := send(m); err != nil {
+				errc <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return nil
+	}
+}
+
+func (s *Services) forwardWatch(ctx context.Context, r *Role, stream pb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up, err := pb.NewWatchClient(r.Leader).Watch(forwardCtx(ctx))
+	if err != nil {
+		return forwardErr(err)
+	}
+	return proxyStream(ctx, stream.Recv, stream.Send, up)
+}
+
+func (s *Services) forwardKeepAlive(ctx context.Context, r *Role, stream pb.Lease_LeaseKeepAliveServer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up, err := pb.NewLeaseClient(r.Leader).LeaseKeepAlive(forwardCtx(ctx))
+	if err != nil {
+		return forwardErr(err)
+	}
+	return proxyStream(ctx, stream.Recv, stream.Send, up)
+}

@@ -1,0 +1,218 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/election"
+	"github.com/engramkv/engram/core/etcdapi"
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/mvcc"
+)
+
+// A clustered node starts as a follower: it serves reads from a read-only
+// view of the shared store and forwards everything else to the leader the
+// election names. When it is elected it recovers the leader's state from
+// the store (revision, compacted revision, leases) and serves everything;
+// the watch history a new leader serves comes from the durable change log,
+// so clients that re-watch from their last revision lose no event.
+
+const memberPrefix = "member/"
+
+func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Options) error {
+	opts := s.opts
+	if len(opts.AdvertiseClientURLs) == 0 {
+		return fmt.Errorf("server: a cluster member needs an advertised client URL for followers to forward to")
+	}
+	reader, err := mvcc.Open(ctx, mvcc.Options{Store: opts.Store, Logger: s.log.With("component", "mvcc-reader"), ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("server: open read-only view: %w", err)
+	}
+	s.reader = reader
+	if err := s.register(ctx); err != nil {
+		return err
+	}
+	apiOpts.Role = &etcdapi.Role{Backend: reader}
+	apiOpts.Members = s.members
+	s.api = etcdapi.New(*apiOpts)
+	s.elector, err = election.New(election.Options{
+		Store:         opts.Store,
+		ID:            opts.Name,
+		URL:           opts.AdvertiseClientURLs[0],
+		LeaseDuration: opts.Cluster.LeaseDuration,
+		RenewInterval: opts.Cluster.RenewInterval,
+		Logger:        s.log.With("component", "election"),
+	})
+	if err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.elector.Run(runCtx, election.Callbacks{
+			Elected:       s.becomeLeader,
+			SteppedDown:   s.becomeFollower,
+			LeaderChanged: s.followLeader,
+		})
+	}()
+	return nil
+}
+
+// register records this member so MemberList on any node lists it.
+func (s *Server) register(ctx context.Context) error {
+	v := []byte(strings.Join(s.opts.AdvertiseClientURLs, ","))
+	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(memberPrefix+s.opts.Name), v)}); err != nil {
+		return fmt.Errorf("server: register member %q: %w", s.opts.Name, err)
+	}
+	return nil
+}
+
+// members lists the registered members.
+func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
+	prefix := coder.MetaKey(memberPrefix)
+	it, err := s.opts.Store.Scan(ctx, kv.ScanOptions{Start: prefix, End: coder.SpaceEnd(coder.SpaceMeta)})
+	if err != nil {
+		return nil, fmt.Errorf("%w: list members: %w", mvcc.ErrUnavailable, err)
+	}
+	defer it.Close()
+	var out []*pb.Member
+	for {
+		batch, err := it.Next(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%w: list members: %w", mvcc.ErrUnavailable, err)
+		}
+		if len(batch) == 0 {
+			return out, nil
+		}
+		for _, p := range batch {
+			if !strings.HasPrefix(string(p.Key), string(prefix)) {
+				return out, nil
+			}
+			name := strings.TrimPrefix(string(p.Key), string(prefix))
+			out = append(out, &pb.Member{ID: etcdapi.MemberID(name), Name: name, ClientURLs: strings.Split(string(p.Value), ",")})
+		}
+	}
+}
+
+func (s *Server) becomeLeader(ctx context.Context, term int64) error {
+	start := time.Now()
+	ls, err := s.startLeader(ctx, s.elector.Fence, nil)
+	if err != nil {
+		s.log.Error("elected, but recovering the leader state failed", "term", term, "err", err)
+		return err
+	}
+	s.mu.Lock()
+	old := s.leader
+	s.leader = ls
+	s.mu.Unlock()
+	if old != nil {
+		old.stop()
+	}
+	s.api.SetRole(ls.role(etcdapi.MemberID(s.opts.Name)))
+	s.log.Info("serving as leader", "term", term, "revision", ls.backend.Rev(), "recovery", time.Since(start))
+	return nil
+}
+
+func (s *Server) becomeFollower() {
+	s.mu.Lock()
+	ls := s.leader
+	s.leader = nil
+	s.mu.Unlock()
+	// New requests go the follower way first; then the old leader state
+	// finishes what it had (its queued writes fail their fence).
+	s.api.SetRole(&etcdapi.Role{Backend: s.reader})
+	if ls != nil {
+		ls.stop()
+	}
+}
+
+func (s *Server) followLeader(r election.Record, ok bool) {
+	if ok && r.Holder == s.opts.Name {
+		return // becomeLeader sets the role
+	}
+	var conn *grpc.ClientConn
+	if ok {
+		var err error
+		if conn, err = s.dial(r.URL); err != nil {
+			s.log.Error("cannot reach the leader", "leader", r.Holder, "url", r.URL, "err", err)
+		}
+	}
+	s.mu.Lock()
+	old := s.conn
+	s.conn = conn
+	leading := s.leader != nil
+	s.mu.Unlock()
+	if !leading {
+		role := &etcdapi.Role{Backend: s.reader, Leader: conn}
+		if conn != nil {
+			role.LeaderID = etcdapi.MemberID(r.Holder)
+		}
+		s.api.SetRole(role)
+		s.log.Info("following", "leader", r.Holder, "term", r.Term, "known", ok)
+	}
+	if old != nil {
+		// Requests in flight on the old connection were to a leader that
+		// is gone; closing it fails them with "leader changed".
+		_ = old.Close()
+	}
+}
+
+// dial connects to a member's advertised URL (http://, https:// or unix://).
+func (s *Server) dial(raw string) (*grpc.ClientConn, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("parse leader URL %q: %w", raw, err)
+	}
+	creds := insecure.NewCredentials()
+	target := u.Host
+	switch u.Scheme {
+	case "https":
+		if s.opts.Cluster.ClientTLS == nil {
+			return nil, fmt.Errorf("leader URL %q needs TLS, but no client TLS is configured", raw)
+		}
+		creds = credentials.NewTLS(s.opts.Cluster.ClientTLS)
+	case "unix", "unixs":
+		target = "unix://" + u.Path
+		if u.Path == "" {
+			target = "unix://" + u.Host
+		}
+	case "http", "":
+	default:
+		return nil, fmt.Errorf("leader URL %q: unsupported scheme", raw)
+	}
+	return grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
+}
+
+// hasLeader reports whether requests can be served now: always without a
+// cluster, and while a leader is known in one.
+func (s *Server) hasLeader() bool {
+	if s.elector == nil {
+		return true
+	}
+	_, ok := s.elector.Leader()
+	return ok
+}
+
+// checkLeader answers etcd's "no leader" to requests that carry the
+// hasleader metadata (clientv3.WithRequireLeader) while there is none.
+func (s *Server) checkLeader(ctx context.Context) error {
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return nil
+	}
+	if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader && !s.hasLeader() {
+		return rpctypes.ErrGRPCNoLeader
+	}
+	return nil
+}
