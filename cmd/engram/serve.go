@@ -200,13 +200,16 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 	}
 	unhook()
 	ready.draining.Store(true)
+	// Watch and keepalive streams never end on their own; ending them
+	// first (clients re-watch elsewhere) lets the graceful stop finish the
+	// unary calls in flight without waiting out the timeout.
+	srv.Drain()
 	stopGRPC(cfg.ShutdownTimeout, logger, plain, secure)
 	return runErr
 }
 
 // stopGRPC gracefully stops every non-nil server at once: listeners close,
-// in-flight calls run on. After timeout the remaining connections are cut;
-// watch streams, which never finish on their own, usually end that way.
+// in-flight calls run on. After timeout the remaining connections are cut.
 func stopGRPC(timeout time.Duration, logger *slog.Logger, servers ...*grpc.Server) {
 	var wg sync.WaitGroup
 	done := make(chan struct{})

@@ -278,6 +278,11 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) {
 				stepDown("could not renew within the lease duration")
 				setLeader(Record{}, false)
 			}
+			if stopLeading == nil && !observedAt.IsZero() && time.Since(observedAt) >= e.opts.LeaseDuration {
+				// The leader we knew has not been seen renewing for a
+				// whole lease: it may be gone.
+				setLeader(Record{}, false)
+			}
 			goto wait
 		}
 		{
@@ -317,7 +322,13 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) {
 				// No leader, our own previous incarnation, or a leader that
 				// stopped renewing: take over.
 				stepDown("lease record changed")
-				if term, ok := e.takeOver(ctx, cur, rec); ok {
+				term, ok := e.takeOver(ctx, cur, rec)
+				if !ok && cur != nil && rec.Holder != e.opts.ID {
+					// The holder stopped renewing and we could not take
+					// over: there is no leader now.
+					setLeader(Record{}, false)
+				}
+				if ok {
 					renewedAt = start
 					raw, observedAt = nil, time.Time{}
 					var lctx context.Context

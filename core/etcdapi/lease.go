@@ -63,6 +63,21 @@ func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest)
 
 func (l *leaseServer) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	role := l.s.current()
+	errc := make(chan error, 1)
+	go func() { errc <- l.keepAlive(role, stream) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-l.s.draining:
+		return rpctypes.ErrGRPCStopped
+	case <-role.ended:
+		// The lessor this stream renewed on is gone; the client reconnects
+		// and renews on the new leader.
+		return rpctypes.ErrGRPCLeaderChanged
+	}
+}
+
+func (l *leaseServer) keepAlive(role *Role, stream pb.Lease_LeaseKeepAliveServer) error {
 	if !role.leading() {
 		if role.Leader == nil {
 			return noLeader

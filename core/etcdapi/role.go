@@ -31,6 +31,11 @@ type Role struct {
 	Leader *grpc.ClientConn
 	// LeaderID is the member ID of the leader (0 when unknown).
 	LeaderID uint64
+
+	// ended is closed when the role is replaced: streams bound to it (local
+	// watches of a leader that stepped down, forwarded ones to a leader that
+	// changed) end with "leader changed" and clients resume elsewhere.
+	ended chan struct{}
 }
 
 func (r *Role) leading() bool { return r.Hub != nil }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -41,6 +42,10 @@ type Services struct {
 	version  string
 	memberID uint64
 	members  func(context.Context) ([]*pb.Member, error)
+	// draining is closed by Drain: long-lived streams end so a graceful
+	// gRPC stop does not wait on them.
+	draining  chan struct{}
+	drainOnce sync.Once
 }
 
 // New returns the services.
@@ -60,7 +65,9 @@ func New(opts Options) *Services {
 		version:  opts.Version,
 		memberID: MemberID(opts.Name),
 		members:  opts.Members,
+		draining: make(chan struct{}),
 	}
+	opts.Role.ended = make(chan struct{})
 	s.role.Store(opts.Role)
 	return s
 }
@@ -72,9 +79,19 @@ func MemberID(name string) uint64 {
 	return h.Sum64() | 1
 }
 
+// Drain ends the watch and lease keepalive streams with etcd's "server
+// stopped" (clients move to another member) and refuses new ones. Call it
+// before stopping the gRPC server gracefully.
+func (s *Services) Drain() { s.drainOnce.Do(func() { close(s.draining) }) }
+
 // SetRole switches the services to a new role; requests already running
 // finish on the old one.
-func (s *Services) SetRole(r *Role) { s.role.Store(r) }
+func (s *Services) SetRole(r *Role) {
+	r.ended = make(chan struct{})
+	if old := s.role.Swap(r); old != nil && old != r {
+		close(old.ended)
+	}
+}
 
 // current returns the role now in force.
 func (s *Services) current() *Role { return s.role.Load() }

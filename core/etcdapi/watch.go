@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -22,15 +23,29 @@ type watchServer struct {
 // outgoing queue. Each watcher's loop queues its own responses, so a slow
 // client slows only its own stream.
 func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	select {
+	case <-w.s.draining:
+		return rpctypes.ErrGRPCStopped
+	default:
+	}
 	role := w.s.current()
+	go func() {
+		select {
+		case <-w.s.draining:
+			cancel()
+		case <-role.ended:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	if !role.leading() {
 		if role.Leader == nil {
 			return noLeader
 		}
-		return w.s.forwardWatch(stream.Context(), role, stream)
+		return w.drained(role, w.s.forwardWatch(ctx, role, stream))
 	}
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
 	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, out: make(chan *pb.WatchResponse, 128), watchers: map[int64]*watch.Watcher{}}
 	defer ws.stopAll()
 	sendErr := make(chan error, 1)
@@ -39,21 +54,35 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	go func() { recvErr <- ws.recvLoop(stream) }()
 	select {
 	case err := <-sendErr:
-		return err
+		return w.drained(role, err)
 	case err := <-recvErr:
 		if err != nil {
-			return err
+			return w.drained(role, err)
 		}
 		// The client closed its sending side; keep delivering until it
 		// goes away, as etcd does.
 		select {
 		case err := <-sendErr:
-			return err
+			return w.drained(role, err)
 		case <-ctx.Done():
-			return nil
+			return w.drained(role, nil)
 		}
 	case <-ctx.Done():
-		return nil
+		return w.drained(role, nil)
+	}
+}
+
+// drained turns the end of a stream by Drain or by a change of role into an
+// error the client retries ("server stopped", "leader changed"), so it
+// re-watches from its last revision instead of seeing a clean end.
+func (w *watchServer) drained(role *Role, err error) error {
+	select {
+	case <-w.s.draining:
+		return rpctypes.ErrGRPCStopped
+	case <-role.ended:
+		return rpctypes.ErrGRPCLeaderChanged
+	default:
+		return err
 	}
 }
 

@@ -266,6 +266,11 @@ func (s *Server) IsLeader() bool {
 	return s.leader != nil
 }
 
+// Drain ends long-lived streams (watches, lease keepalives) with etcd's
+// "server stopped", so clients move to another member and a graceful gRPC
+// stop does not wait for them. Call it first when shutting down.
+func (s *Server) Drain() { s.api.Drain() }
+
 // Close stops the server: queued writes are committed and acknowledged,
 // watchers end, background loops stop. It does not close the store. Call it
 // after the gRPC server stopped accepting requests.
@@ -273,6 +278,7 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.api.Drain()
 	s.cancel()
 	done := make(chan struct{})
 	go func() {

@@ -32,12 +32,38 @@ type Store struct {
 	mu      sync.Mutex
 	commits []Fault
 	gets    []Fault
+	// down, when set, fails every call (a partition from the store).
+	down error
 	// Commits counts Commit calls that reached the wrapper.
 	commitCalls int
 }
 
 // Wrap returns s with fault injection.
 func Wrap(s kv.Store) *Store { return &Store{Store: s} }
+
+// Partition makes every call fail with err (nothing is applied) until Heal.
+func (s *Store) Partition(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = err
+}
+
+// Heal ends a Partition.
+func (s *Store) Heal() { s.Partition(nil) }
+
+func (s *Store) isDown() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.down
+}
+
+// Scan fails while partitioned.
+func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
+	if err := s.isDown(); err != nil {
+		return nil, err
+	}
+	return s.Store.Scan(ctx, opts)
+}
 
 // FailCommits queues faults for the next Commit calls, one each.
 func (s *Store) FailCommits(f ...Fault) {
@@ -75,7 +101,11 @@ func (s *Store) next(q *[]Fault) (Fault, bool) {
 func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	s.mu.Lock()
 	s.commitCalls++
+	down := s.down
 	s.mu.Unlock()
+	if down != nil {
+		return down
+	}
 	f, ok := s.next(&s.commits)
 	if !ok {
 		return s.Store.Commit(ctx, ops)
@@ -96,6 +126,9 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 
 // Get applies the next queued get fault, if any.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := s.isDown(); err != nil {
+		return nil, err
+	}
 	f, ok := s.next(&s.gets)
 	if ok {
 		if f.Delay > 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -22,6 +23,11 @@ type Options struct {
 	ProgressNotifyInterval time.Duration
 	// Unix serves on a unix socket in t.TempDir() instead of TCP.
 	Unix bool
+	// Name is the member name (default "servertest"); cluster members need
+	// distinct names.
+	Name string
+	// Cluster, when set, runs the node as a member of a cluster over Store.
+	Cluster *server.ClusterOptions
 }
 
 // Server is a running in-process server.
@@ -31,7 +37,18 @@ type Server struct {
 	Endpoint string
 
 	stop func()
+	kill func()
+	srv  *server.Server
 }
+
+// Kill stops the server the way a crash would look to clients and to the
+// other members: connections drop at once and the lease is not handed
+// over. (Writes the server already accepted still finish: the process is
+// simulated, not killed; the e2e tests use SIGKILL on a real process.)
+func (s *Server) Kill() { s.kill() }
+
+// IsLeader reports whether the node leads its cluster.
+func (s *Server) IsLeader() bool { return s.srv.IsLeader() }
 
 // Stop shuts the server down now (gracefully: queued writes are committed);
 // it also runs at cleanup. It does not close a Store passed in Options, so a

@@ -35,6 +35,13 @@ func start(t testing.TB, opts Options) *Server {
 		ProgressNotifyInterval: opts.ProgressNotifyInterval,
 		Name:                   "servertest",
 	}
+	if opts.Name != "" {
+		sopts.Name = opts.Name
+	}
+	if opts.Cluster != nil {
+		sopts.Cluster = *opts.Cluster
+		sopts.Cluster.Enabled = true
+	}
 	var (
 		l        net.Listener
 		err      error
@@ -49,16 +56,17 @@ func start(t testing.TB, opts Options) *Server {
 		path := filepath.Join(dir, "engram.sock")
 		l, err = net.Listen("unix", path)
 		endpoint = "unix://" + path
+		sopts.AdvertiseClientURLs = []string{endpoint}
 	} else {
 		l, err = net.Listen("tcp", "127.0.0.1:0")
 		if err == nil {
 			endpoint = l.Addr().String()
+			sopts.AdvertiseClientURLs = []string{"http://" + endpoint}
 		}
 	}
 	if err != nil {
 		t.Fatalf("servertest: listen: %v", err)
 	}
-	sopts.AdvertiseClientURLs = []string{endpoint}
 	srv, err := server.New(context.Background(), sopts)
 	if err != nil {
 		t.Fatalf("servertest: start server: %v", err)
@@ -71,8 +79,20 @@ func start(t testing.TB, opts Options) *Server {
 		_ = gs.Serve(l)
 	}()
 	var once sync.Once
+	kill := func() {
+		once.Do(func() {
+			// A crash: connections drop at once; the node stops renewing
+			// its lease without handing it over.
+			gs.Stop()
+			<-served
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = srv.Close(ctx)
+		})
+	}
 	stop := func() {
 		once.Do(func() {
+			srv.Drain()
 			stopped := make(chan struct{})
 			go func() {
 				gs.GracefulStop()
@@ -92,7 +112,7 @@ func start(t testing.TB, opts Options) *Server {
 		})
 	}
 	t.Cleanup(stop)
-	return &Server{Endpoint: endpoint, stop: stop}
+	return &Server{Endpoint: endpoint, stop: stop, kill: kill, srv: srv}
 }
 
 func client(t testing.TB, s *Server) *clientv3.Client {
