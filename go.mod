@@ -3,6 +3,7 @@ module github.com/engramkv/engram
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/dgraph-io/badger/v3 v3.2103.5
 	github.com/knadh/koanf/parsers/yaml v1.1.1
 	github.com/knadh/koanf/providers/env v1.1.0
@@ -16,6 +17,7 @@ require (
 	go.etcd.io/etcd/api/v3 v3.6.16
 	go.etcd.io/etcd/client/v3 v3.6.16
 	go.uber.org/zap v1.27.0
+	golang.org/x/term v0.47.0
 	google.golang.org/grpc v1.85.0
 )
 

@@ -1,0 +1,208 @@
+// Package workload is the load generator behind `engram bench`: it drives any
+// etcd v3 endpoint with requests shaped like kube-apiserver's (see
+// shared notes, kube-apiserver-etcd-api.md §3) and measures throughput and
+// latency.
+//
+// It owns the workloads (create, get, update, list, delete, mixed, watch and
+// the load used for memory measurements), key and value generation,
+// preloading, pacing, latency recording and the progress display. It must
+// not start servers, know which store it talks to, or keep state between
+// runs: the caller passes everything in a Config and gets a result.Report.
+package workload
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Workload names, in the order Run executes "all".
+const (
+	Create = "create"
+	Get    = "get"
+	Update = "update"
+	List   = "list"
+	Delete = "delete"
+	Mixed  = "mixed"
+	Watch  = "watch"
+	// Load creates exactly DataSet objects and leaves them in place, so the
+	// server's memory can be measured afterwards. It is not part of "all".
+	Load = "load"
+)
+
+// All is the set "all" stands for.
+var All = []string{Create, Get, Update, List, Delete, Mixed, Watch}
+
+// Config is everything one run needs. Zero fields take the defaults of
+// Defaults().
+type Config struct {
+	Endpoints []string
+	// TLS is used to dial when non-nil.
+	TLS         *tls.Config
+	DialTimeout time.Duration
+
+	// Clients is the number of concurrent request loops (kube-apiserver's
+	// concurrency); they share Connections gRPC connections round-robin.
+	Clients     int
+	Connections int
+	KeySize     int
+	ValueSize   int
+	// DataSet is the number of keys preloaded for get, update, list and
+	// mixed, and created by load.
+	DataSet int
+	// DeleteKeys is the number of keys preloaded for delete; the delete
+	// workload ends early when a client has deleted its share.
+	DeleteKeys int
+	Duration   time.Duration
+	// Rate caps operations per second over all clients; 0 is unlimited.
+	Rate float64
+	// Prefix is put before every key. Empty: a unique /bench/<random>/ per
+	// run, so runs against the same server never see each other's keys.
+	Prefix string
+
+	// ListLimit is the page size of the list workload, and ListClients its
+	// concurrency (a full list holds DataSet values in flight, so fewer
+	// loops than Clients, as kube-apiserver runs few full lists at once).
+	ListLimit   int
+	ListClients int
+	// ReadRatio is the share of gets in the mixed workload; the rest are
+	// updates.
+	ReadRatio float64
+	// Watchers is the number of watches on the watch workload's prefix and
+	// WatchRate the writes per second made while they are open (events per
+	// second delivered = WatchRate x Watchers).
+	Watchers  int
+	WatchRate float64
+	// WatchDrain bounds the wait for outstanding events after the last
+	// write.
+	WatchDrain time.Duration
+
+	// Cleanup deletes each workload's keys after it and compacts, as
+	// kube-apiserver's compactor would, so workloads do not weigh on each
+	// other.
+	Cleanup bool
+
+	// Progress receives a live progress line; nil shows none.
+	Progress io.Writer
+	Logger   *slog.Logger
+	// Tool is recorded in the report, e.g. "engram bench v1.2.3".
+	Tool string
+}
+
+// Defaults returns the settings of `engram bench` without flags: the shape
+// of kube-apiserver's traffic (70-byte keys, 512-byte values, 300 clients over
+// 10 connections).
+func Defaults() Config {
+	return Config{
+		Endpoints:   []string{"127.0.0.1:2379"},
+		DialTimeout: 5 * time.Second,
+		Clients:     300,
+		Connections: 10,
+		KeySize:     70,
+		ValueSize:   512,
+		DataSet:     10_000,
+		DeleteKeys:  100_000,
+		Duration:    10 * time.Second,
+		ListLimit:   500,
+		ListClients: 10,
+		ReadRatio:   0.9,
+		Watchers:    100,
+		WatchRate:   200,
+		WatchDrain:  10 * time.Second,
+		Cleanup:     true,
+	}
+}
+
+// ParseWorkloads turns a comma-separated list ("all" allowed) into workload
+// names, rejecting unknown ones.
+func ParseWorkloads(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(s, ",") {
+		name = strings.TrimSpace(name)
+		switch {
+		case name == "":
+		case name == "all":
+			out = append(out, All...)
+		case slices.Contains(All, name) || name == Load:
+			out = append(out, name)
+		default:
+			return nil, fmt.Errorf("unknown workload %q (want %s, %s or all)", name, strings.Join(All, ", "), Load)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no workload given")
+	}
+	return out, nil
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Endpoints) == 0:
+		return fmt.Errorf("no endpoints")
+	case c.Clients < 1 || c.Connections < 1 || c.ListClients < 1:
+		return fmt.Errorf("clients, connections and list clients must be at least 1")
+	case c.ValueSize < 8:
+		// The watch workload stamps the send time into the value.
+		return fmt.Errorf("value size must be at least 8 bytes")
+	case c.DataSet < 1 || c.DeleteKeys < 1:
+		return fmt.Errorf("data set and delete keys must be at least 1")
+	case c.Duration <= 0:
+		return fmt.Errorf("duration must be positive")
+	case c.ListLimit < 1:
+		return fmt.Errorf("list limit must be at least 1")
+	case c.ReadRatio < 0 || c.ReadRatio > 1:
+		return fmt.Errorf("read ratio must be within 0..1")
+	case c.Watchers < 1 || c.WatchRate <= 0:
+		return fmt.Errorf("watchers and watch rate must be positive")
+	case c.Rate < 0:
+		return fmt.Errorf("rate must not be negative")
+	}
+	if c.Prefix == "" {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return fmt.Errorf("random prefix: %w", err)
+		}
+		c.Prefix = "/bench/" + hex.EncodeToString(b[:]) + "/"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// keyspace makes the keys of one workload: prefix + workload + "/" + a
+// zero-padded index filling the key to KeySize bytes, so keys sort in index
+// order (as the list workload expects) and have the configured size.
+type keyspace struct {
+	base  string
+	width int
+}
+
+func newKeyspace(prefix, workload string, keySize int) keyspace {
+	base := prefix + workload + "/"
+	width := keySize - len(base)
+	if width < 1 {
+		// The prefix alone is longer than KeySize: keys get longer than
+		// asked rather than colliding.
+		width = 1
+	}
+	return keyspace{base: base, width: width}
+}
+
+func (k keyspace) key(i int) string {
+	return fmt.Sprintf("%s%0*d", k.base, k.width, i)
+}
+
+// prefixEnd is the range end of every key starting with k.base.
+func (k keyspace) end() string {
+	b := []byte(k.base)
+	// base ends with "/", never 0xff: incrementing the last byte suffices.
+	b[len(b)-1]++
+	return string(b)
+}

@@ -1,0 +1,7 @@
+package workload_test
+
+import clientv3 "go.etcd.io/etcd/client/v3"
+
+func clientWithPrefix() []clientv3.OpOption {
+	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
+}
