@@ -48,6 +48,7 @@ type Params struct {
 	ReadRatio   float64 `json:"read_ratio"`
 	Watchers    int     `json:"watchers"`
 	WatchRate   float64 `json:"watch_rate"`
+	LoadBatch   int     `json:"load_batch,omitempty"`
 }
 
 // Result is one workload's measurement.
@@ -74,7 +75,8 @@ type Result struct {
 	// the start of the write to the receipt of its event).
 	Latency Latency `json:"latency"`
 
-	// Reads and Writes split a mixed workload's Ops.
+	// Reads and Writes split a mixed workload's Ops; for load, Writes is
+	// the number of objects created.
 	Reads  int64 `json:"reads,omitempty"`
 	Writes int64 `json:"writes,omitempty"`
 
@@ -187,6 +189,8 @@ func (res *Result) Note() string {
 			wt.Watchers, wt.Writes, Num(wt.WriteRate), wt.Received, wt.Expected, 100*wt.Delivered(), wt.Missing, wt.Duplicates, wt.OutOfOrder)
 	case res.Keys > 0:
 		return fmt.Sprintf("%d pages, %d keys, %s keys/s", res.Pages, res.Keys, Num(res.KeysPerSec))
+	case res.Workload == "load":
+		return fmt.Sprintf("%d objects created", res.Writes)
 	case res.Reads+res.Writes > 0:
 		return fmt.Sprintf("%d reads, %d writes", res.Reads, res.Writes)
 	}

@@ -83,6 +83,10 @@ type Config struct {
 	// write.
 	WatchDrain time.Duration
 
+	// LoadBatch is the number of objects each transaction of the load
+	// workload creates (1: one create per object, as kube-apiserver).
+	LoadBatch int
+
 	// Cleanup deletes each workload's keys after it and compacts, as
 	// kube-apiserver's compactor would, so workloads do not weigh on each
 	// other.
@@ -115,6 +119,7 @@ func Defaults() Config {
 		Watchers:    100,
 		WatchRate:   200,
 		WatchDrain:  10 * time.Second,
+		LoadBatch:   1,
 		Cleanup:     true,
 	}
 }
@@ -162,6 +167,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("watchers and watch rate must be positive")
 	case c.Rate < 0:
 		return fmt.Errorf("rate must not be negative")
+	case c.LoadBatch < 1 || c.LoadBatch > 128:
+		// 128 is etcd's default --max-txn-ops.
+		return fmt.Errorf("load batch must be within 1..128")
 	}
 	if c.Prefix == "" {
 		var b [6]byte

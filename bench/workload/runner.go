@@ -40,7 +40,7 @@ func Run(ctx context.Context, cfg Config, workloads []string) (*result.Report, e
 			Clients: cfg.Clients, Connections: cfg.Connections, KeySize: cfg.KeySize, ValueSize: cfg.ValueSize,
 			DataSet: cfg.DataSet, DeleteKeys: cfg.DeleteKeys, Duration: cfg.Duration.String(), Rate: cfg.Rate,
 			Prefix: cfg.Prefix, ListLimit: cfg.ListLimit, ListClients: cfg.ListClients, ReadRatio: cfg.ReadRatio,
-			Watchers: cfg.Watchers, WatchRate: cfg.WatchRate,
+			Watchers: cfg.Watchers, WatchRate: cfg.WatchRate, LoadBatch: cfg.LoadBatch,
 		},
 	}
 	for _, name := range workloads {

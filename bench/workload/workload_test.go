@@ -113,8 +113,18 @@ func TestLoadCreatesExactly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if r := rep.Results[0]; r.Ops != 500 || r.Errors != 0 {
-		t.Errorf("load: %d ops, %d errors", r.Ops, r.Errors)
+	if r := rep.Results[0]; r.Ops != 500 || r.Writes != 500 || r.Errors != 0 {
+		t.Errorf("load: %d ops, %d objects, %d errors", r.Ops, r.Writes, r.Errors)
+	}
+	// Batched: 7 transactions of up to 75 objects.
+	cfg.LoadBatch = 75
+	cfg.Prefix += "batched/"
+	rep, err = workload.Run(context.Background(), cfg, []string{workload.Load})
+	if err != nil {
+		t.Fatalf("batched run: %v", err)
+	}
+	if r := rep.Results[0]; r.Ops != 7 || r.Writes != 500 || r.Errors != 0 {
+		t.Errorf("batched load: %d ops, %d objects, %d errors", r.Ops, r.Writes, r.Errors)
 	}
 	resp, err := srv.Client(t).Get(context.Background(), cfg.Prefix, clientWithPrefix()...)
 	if err != nil {

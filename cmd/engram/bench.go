@@ -52,6 +52,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&d.Watchers, "watchers", d.Watchers, "watches open in the watch workload")
 	fs.Float64Var(&d.WatchRate, "watch-rate", d.WatchRate, "writes per second in the watch workload (events delivered per second = this x watchers)")
 	fs.DurationVar(&d.WatchDrain, "watch-drain", d.WatchDrain, "how long to wait for outstanding watch events after the last write")
+	fs.IntVar(&d.LoadBatch, "load-batch", d.LoadBatch, "objects created per transaction by the load workload (1: one create per object, as kube-apiserver)")
 	fs.BoolVar(&d.Cleanup, "cleanup", d.Cleanup, "delete each workload's keys afterwards and compact")
 	fs.DurationVar(&d.DialTimeout, "dial-timeout", d.DialTimeout, "how long to wait for the endpoint")
 	fs.Usage = func() {

@@ -1,0 +1,18 @@
+// Command etcd is a real etcd server, built from the Go module proxy for the
+// side-by-side benchmarks (make bench).
+//
+// `go install go.etcd.io/etcd/server/v3` is refused because etcd's go.mod has
+// replace directives, so this wrapper module pins the server version and
+// calls etcd's own entry point unchanged. It must stay a plain wrapper: any
+// flag or behaviour added here would make the reference etcd something else.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/engramkv/engram/bench/result"
+)
+
+type resultT = result.Result
+
+// allWorkloads is the report's row order.
+var allWorkloads = []string{"create", "get", "update", "list", "delete", "mixed", "watch"}
+
+// results returns one store's results of one workload, one per repeat.
+func (h *harness) results(store, workload string) []resultT {
+	var out []resultT
+	for _, rep := range h.runs[store] {
+		for _, r := range rep.Results {
+			if r.Workload == workload {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func median(rs []resultT, f func(resultT) float64) float64 {
+	if len(rs) == 0 {
+		return math.NaN()
+	}
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func tput(r resultT) float64 { return r.Throughput }
+func p50(r resultT) float64  { return r.Latency.P50 }
+func p90(r resultT) float64  { return r.Latency.P90 }
+func p99(r resultT) float64  { return r.Latency.P99 }
+func pmax(r resultT) float64 { return r.Latency.Max }
+
+// ratio is a/b formatted, or "–" when either is missing.
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f×", a/b)
+}
+
+func fnum(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return result.Num(v)
+}
+
+func fms(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "–"
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+
+func (h *harness) ran() []string {
+	var out []string
+	for _, s := range h.stores {
+		if _, skip := h.skipped[s]; !skip {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (h *harness) writeReport() error {
+	stores := h.ran()
+	if err := h.writeChart(h.outChart, allWorkloads, stores); err != nil {
+		return err
+	}
+	if err := h.writeRaw(); err != nil {
+		return err
+	}
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	m := h.machine
+	took := time.Since(h.started).Round(time.Second)
+
+	w("# Benchmarks\n\n")
+	w("Written by `%s` on %s (took %s). Every number below comes from that one run; rerun the same command to reproduce it on your machine.\n\n",
+		h.mode, h.started.UTC().Format("2006-01-02 15:04 MST"), took)
+	w("Each store runs alone on 127.0.0.1, fresh for every repeat, loaded by `engram bench` with the same parameters: requests shaped like kube-apiserver's ")
+	w("(create `Txn If mod=0 Then Put`; update = linearizable Get then `Txn If mod=rev Then Put Else Get`; linearizable get; full paginated list pinned to the first page's revision; ")
+	w("delete `Txn If mod=rev Then DeleteRange Else Get`; mixed %d%% get / %d%% update; watch: %d watchers on a prefix while keys are created at %g/s). ",
+		90, 10, h.p.watchers, h.p.watchRate)
+	w("%d clients over %d connections, %d-byte keys, %d-byte values, a data set of %d keys (%d for delete), list pages of 500 with %d concurrent lists, %s per workload, %d repeats; the tables show the median of the repeats.\n\n",
+		h.p.clients, h.p.connections, h.p.keySize, h.p.valueSize, h.p.dataSet, h.p.deleteKeys, h.p.listClients, h.p.duration, h.p.repeats)
+	w("The load generator shares the machine with the server, so the **ceiling** (a gRPC server answering the same requests at once without storage, `bench/ceiling`) is the most any store can reach here. ")
+	w("etcd and Engram on badger acknowledge a write only after it is fsynced (etcd by default; Engram's badger engine always); Engram on memkv keeps everything in memory.\n\n")
+
+	w("## Machine\n\n")
+	w("| | |\n| --- | --- |\n")
+	w("| CPUs | %d × %s |\n", m.CPUs, m.CPUModel)
+	w("| memory | %.1f GiB |\n", m.MemoryGiB)
+	w("| kernel | %s |\n", m.Kernel)
+	w("| fsync (4 KiB write + fdatasync, data directory's file system) | p50 %s, p99 %s (%d samples) |\n", m.FsyncP50.Round(time.Microsecond), m.FsyncP99.Round(time.Microsecond), m.FsyncCount)
+	w("| load average before / after | %s / %s |\n", m.LoadBefore, m.LoadAfter)
+	w("\n## Versions\n\n| | |\n| --- | --- |\n")
+	for _, k := range []string{"engram", "etcd", "go"} {
+		w("| %s | %s |\n", k, strings.ReplaceAll(h.versions[k], "|", "/"))
+	}
+	w("\n## Stores\n\n")
+	for _, s := range h.stores {
+		if why, skip := h.skipped[s]; skip {
+			w("- **%s**: %s. *Not run: %s.*\n", s, storeInfo[s], why)
+			continue
+		}
+		w("- **%s**: %s\n", s, storeInfo[s])
+	}
+
+	w("\n## Results\n\n")
+	w("![throughput and p99 latency per workload](%s)\n\n", h.relToReport(h.outChart))
+	w("Throughput is operations per second (list: complete paginated lists of %d keys per second; watch: events delivered per second). ", h.p.dataSet)
+	w("Latency is per operation (update: the get and the transaction; list: all pages; watch: from the start of the write to the receipt of the event). ")
+	w("× etcd and of ceiling compare median throughputs. Failed compares are transactions answered `Succeeded=false` (lost races between clients updating the same key), counted apart from errors.\n\n")
+	w("| workload | store | throughput | p50 ms | p90 ms | p99 ms | max ms | × etcd | of ceiling | failed cmp | errors |\n")
+	w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, wl := range allWorkloads {
+		etcd := median(h.results(storeEtcd, wl), tput)
+		ceil := median(h.results(storeCeiling, wl), tput)
+		for _, s := range stores {
+			rs := h.results(s, wl)
+			if len(rs) == 0 {
+				continue
+			}
+			t := median(rs, tput)
+			var errs int64
+			for _, r := range rs {
+				errs += r.Errors
+			}
+			w("| %s | %s | %s %s | %s | %s | %s | %s | %s | %s | %.0f | %d |\n", wl, s, fnum(t), rs[0].Unit,
+				fms(median(rs, p50)), fms(median(rs, p90)), fms(median(rs, p99)), fms(median(rs, pmax)),
+				ratio(t, etcd), ratio(t, ceil), median(rs, func(r resultT) float64 { return float64(r.FailedCompares) }), errs)
+		}
+	}
+	w("\nWatch delivery (every watcher must receive every acknowledged write once, in order; worst repeat):\n\n")
+	w("| store | writes/s | events expected | received | missing | duplicates | out of order | delivered |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range stores {
+		var worst *result.Watch
+		for _, r := range h.results(s, "watch") {
+			if r.Watch != nil && (worst == nil || r.Watch.Delivered() < worst.Delivered()) {
+				worst = r.Watch
+			}
+		}
+		if worst == nil {
+			continue
+		}
+		w("| %s | %s | %d | %d | %d | %d | %d | %.2f%% |\n", s, fnum(worst.WriteRate), worst.Expected, worst.Received, worst.Missing, worst.Duplicates, worst.OutOfOrder, 100*worst.Delivered())
+	}
+	if samples := h.errorSamples(stores); samples != "" {
+		w("\nErrors seen (first distinct messages):\n\n%s", samples)
+	}
+
+	w("\n## Memory\n\n")
+	if h.p.rssObjects == 0 {
+		w("Not measured in this run (`--rss-objects=0`).\n")
+	} else {
+		w("Resident memory (`VmRSS` from `/proc/PID/status`) of a fresh server, idle and 3 s after `engram bench --workloads=load` created %d objects of %d bytes ", h.p.rssObjects, h.p.valueSize)
+		w("in create transactions of %d objects each (`If mod=0 … Then Put …`, %d clients: the same keys, values and versions as one create per object, in fewer revisions, so that a million objects load in seconds). ", h.p.rssBatch, h.p.clients)
+		w("File-backed pages (etcd maps its bbolt file) are part of VmRSS and shown apart.\n\n")
+		w("| store | idle | after loading | of which anonymous | of which file-backed | × etcd | load rate |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		etcdRSS := float64(h.rss[storeEtcd].Loaded.RSS)
+		for _, s := range stores {
+			r, ok := h.rss[s]
+			if !ok {
+				continue
+			}
+			note := ""
+			if r.LoadError != "" {
+				note = " (load failed: " + r.LoadError + ")"
+			}
+			w("| %s | %s | %s%s | %s | %s | %s | %s objects/s |\n", s, mib(r.Idle.RSS), mib(r.Loaded.RSS), note, mib(r.Loaded.Anon), mib(r.Loaded.File),
+				ratio(float64(r.Loaded.RSS), etcdRSS), fnum(r.LoadRate))
+		}
+	}
+
+	w("\n## Issue 5 targets (Engram on badger unless named)\n\n")
+	h.writeTargets(&b)
+
+	w("\n## Commands\n\n")
+	w("`%s` builds `bin/engram`, `bin/engram-ceiling` (`bench/cmd/ceiling`) and `bin/etcd` (`bench/etcd`, etcd's own `etcdmain` at the version pinned in its go.mod), then runs `bench/harness`. ", h.mode)
+	w("For every store and repeat it starts the server on ports picked at run time, then runs one `engram bench`. The first repeat's commands (ports and paths differ per run):\n\n```sh\n")
+	for _, s := range stores {
+		for _, c := range h.commands[s] {
+			w("%s\n", c)
+		}
+		w("\n")
+	}
+	if c, ok := h.commands["load"]; ok {
+		w("# memory: against a fresh server of each store\n%s\n", c[0])
+	}
+	w("```\n\nRaw results of every run: [`%s`](%s).\n", h.relToReport(h.outJSON), h.relToReport(h.outJSON))
+
+	if h.profileTop != "" {
+		w("\n## CPU profile: Engram on badger during create\n\n")
+		w("Taken from `/debug/pprof/profile` during the first create run (saved next to the chart). The load generator ran on the same cores.\n\n```\n%s```\n", h.profileTop)
+	}
+	if h.goBench {
+		w("\n## Go benchmarks\n\n`make bench-go` (`go test -run='^$' -bench=. -benchmem` over the root module's packages, took %s):\n\n```\n%s```\n", h.goBenchTook.Round(time.Second), h.goBenchOut)
+	}
+	return os.WriteFile(h.outMD, []byte(b.String()), 0o644)
+}
+
+func (h *harness) errorSamples(stores []string) string {
+	var b strings.Builder
+	for _, s := range stores {
+		seen := map[string]bool{}
+		for _, rep := range h.runs[s] {
+			for _, r := range rep.Results {
+				for _, e := range r.ErrorSamples {
+					k := r.Workload + e
+					if !seen[k] && len(seen) < 5 {
+						seen[k] = true
+						fmt.Fprintf(&b, "- %s, %s: `%s`\n", s, r.Workload, e)
+					}
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// writeTargets lists each target of issue 5 with the measured value.
+func (h *harness) writeTargets(b *strings.Builder) {
+	t := func(s, wl string) float64 { return median(h.results(s, wl), tput) }
+	met := func(ok bool, known bool) string {
+		switch {
+		case !known:
+			return "not measured"
+		case ok:
+			return "met"
+		}
+		return "**not met**"
+	}
+	known := func(v ...float64) bool {
+		for _, x := range v {
+			if math.IsNaN(x) || x == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	fmt.Fprintf(b, "| target | required | measured (etcd for reference) | |\n| --- | --- | --- | --- |\n")
+	row := func(name, req, measured string, ok, k bool) {
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, req, measured, met(ok, k))
+	}
+	for _, c := range []struct {
+		wl   string
+		need float64
+	}{{"get", 0.85}, {"create", 0.75}} {
+		bd, et, ce := t(storeBadger, c.wl), t(storeEtcd, c.wl), t(storeCeiling, c.wl)
+		row(c.wl+" / ceiling", fmt.Sprintf("≥ %.2f", c.need), fmt.Sprintf("%s (etcd %s)", ratio(bd, ce), ratio(et, ce)), bd/ce >= c.need, known(bd, ce))
+	}
+	for _, c := range []struct {
+		wl   string
+		need float64
+	}{{"update", 2}, {"delete", 2}, {"list", 1.5}} {
+		bd, et := t(storeBadger, c.wl), t(storeEtcd, c.wl)
+		row(c.wl+" / etcd", fmt.Sprintf("≥ %.1f×", c.need), ratio(bd, et), bd/et >= c.need, known(bd, et))
+	}
+	worst := func(s string) float64 {
+		v := math.NaN()
+		for _, r := range h.results(s, "watch") {
+			if r.Watch != nil && (math.IsNaN(v) || r.Watch.Delivered() < v) {
+				v = r.Watch.Delivered()
+			}
+		}
+		return v
+	}
+	d := worst(storeBadger)
+	row(fmt.Sprintf("watch delivery, %d watchers", h.p.watchers), "100%", fmt.Sprintf("%.2f%% (etcd %.2f%%)", 100*d, 100*worst(storeEtcd)), d == 1, known(d))
+	bp, ep := median(h.results(storeBadger, "watch"), p99), median(h.results(storeEtcd, "watch"), p99)
+	row("watch p99 delivery latency", "≤ etcd's", fmt.Sprintf("%s ms (etcd %s ms)", fms(bp), fms(ep)), bp <= ep, known(bp, ep))
+	if _, skip := h.skipped[storeWasm]; skip || len(h.runs[storeWasm]) == 0 {
+		row("memkv.wasm / memkv, every workload", "≥ 0.80", "–", false, false)
+	} else {
+		lo, at := math.Inf(1), ""
+		for _, wl := range allWorkloads {
+			if r := t(storeWasm, wl) / t(storeMemkv, wl); r < lo {
+				lo, at = r, wl
+			}
+		}
+		row("memkv.wasm / memkv, every workload", "≥ 0.80", fmt.Sprintf("lowest %.2f× (%s)", lo, at), lo >= 0.8, known(lo))
+	}
+	br, er := float64(h.rss[storeBadger].Loaded.RSS), float64(h.rss[storeEtcd].Loaded.RSS)
+	row(fmt.Sprintf("RSS after %d objects", h.p.rssObjects), "≤ etcd's", fmt.Sprintf("%s vs etcd %s (%s)", mib(int64(br)), mib(int64(er)), ratio(br, er)), br <= er, known(br, er))
+}
+
+// writeRaw saves every run's report.
+func (h *harness) writeRaw() error {
+	if err := os.MkdirAll(filepath.Dir(h.outJSON), 0o755); err != nil {
+		return fmt.Errorf("results dir: %w", err)
+	}
+	raw := struct {
+		Runs   map[string][]*result.Report `json:"runs"`
+		Memory map[string]rssResult        `json:"memory"`
+	}{h.runs, h.rss}
+	b, err := json.MarshalIndent(raw, "", " ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	return os.WriteFile(h.outJSON, append(b, '\n'), 0o644)
+}
+
+// relToReport is path relative to the report's directory, for links.
+func (h *harness) relToReport(path string) string {
+	rel, err := filepath.Rel(filepath.Dir(h.outMD), path)
+	if err != nil {
+		return path
+	}
+	return filepath.ToSlash(rel)
+}
