@@ -3,6 +3,7 @@ module github.com/engramkv/engram
 go 1.26.8
 
 require (
+	github.com/engramkv/engram/abi v0.0.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/dgraph-io/badger/v3 v3.2103.5
 	github.com/knadh/koanf/parsers/yaml v1.1.1
@@ -78,3 +79,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.0.0 // indirect
 )
+
+replace github.com/engramkv/engram/abi => ./abi
