@@ -67,6 +67,11 @@ func (d *dispatcher) dispatch(op abi.Op, req []byte) []byte {
 	if !d.ready && op != abi.OpInit {
 		return d.fail(abi.StatusInvalid, fmt.Sprintf("%v before INIT", op))
 	}
+	if raw, ok := d.store.(RawDispatcher); ok && d.ready && op != abi.OpClose {
+		if resp, handled := raw.Dispatch(op, req); handled {
+			return resp
+		}
+	}
 	switch op {
 	case abi.OpInit:
 		return d.init(req)

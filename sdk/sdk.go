@@ -130,6 +130,16 @@ type Idler interface {
 	Idle(ctx context.Context) error
 }
 
+// RawDispatcher is optionally implemented by a Store that handles requests
+// in their encoded form (a proxy to a server that speaks the ABI's encoding,
+// or a test plugin that must misbehave at the byte level). After INIT, the
+// SDK offers every request but CLOSE to Dispatch first; if handled is true,
+// resp is returned to the host verbatim and must stay unchanged until the
+// next call. Most plugins do not need it.
+type RawDispatcher interface {
+	Dispatch(op abi.Op, req []byte) (resp []byte, handled bool)
+}
+
 // HostInfo tells Init about the host.
 type HostInfo struct {
 	// Instance is this instance's index in the host's pool (0 for

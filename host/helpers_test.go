@@ -1,0 +1,72 @@
+package host
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// pluginPath returns a test plugin built by `make plugins`.
+func pluginPath(t testing.TB, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "testplugins", "bin", name+".wasm")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: build the test plugins with `make plugins` (%v)", p, err)
+	}
+	return p
+}
+
+// sharedCache is one compilation cache directory for the whole test binary,
+// so each plugin is compiled once per run, as a server would.
+var (
+	cacheOnce sync.Once
+	cacheDir  string
+)
+
+func testCacheDir(t testing.TB) string {
+	cacheOnce.Do(func() {
+		d, err := os.MkdirTemp("", "engram-wasm-cache-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cacheDir = d
+	})
+	return cacheDir
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if cacheDir != "" {
+		_ = os.RemoveAll(cacheDir)
+	}
+	os.Exit(code)
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// loadPlugin loads a test plugin, closed at cleanup.
+func loadPlugin(t testing.TB, name string, opts Options) *Plugin {
+	t.Helper()
+	if opts.CacheDir == "" {
+		opts.CacheDir = testCacheDir(t)
+	}
+	if opts.Logger == nil {
+		opts.Logger = testLogger(t)
+	}
+	p, err := Load(context.Background(), pluginPath(t, name), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	return p
+}

@@ -1,0 +1,9 @@
+// Package testplugins holds WebAssembly storage plugins built with the
+// Engram SDK for the host's tests, the plugin verifier and benchmarks:
+// memkv (an ordered in-memory store, instance model single) and faulty (a
+// pooled proxy to a remote store that misbehaves on demand). They are built
+// by `make plugins` into testplugins/bin/*.wasm.
+//
+// This module must not be imported by Engram itself: plugins are loaded as
+// .wasm files, never linked.
+package testplugins

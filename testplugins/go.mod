@@ -1,0 +1,14 @@
+module github.com/engramkv/engram/testplugins
+
+go 1.26.8
+
+require (
+	github.com/engramkv/engram/abi v0.0.0
+	github.com/engramkv/engram/sdk v0.0.0
+	github.com/google/btree v1.1.2
+)
+
+replace (
+	github.com/engramkv/engram/abi => ../abi
+	github.com/engramkv/engram/sdk => ../sdk
+)
