@@ -27,6 +27,7 @@ func commands() []command {
 	return []command{
 		{name: "serve", summary: "run the server (the default when no command is given)", run: serveMain},
 		{name: "version", summary: "print version information", run: versionMain},
+		{name: "plugin", summary: "inspect a wasm storage plugin (info) or verify it against the adaptor contract (verify)", run: pluginMain},
 		{name: "bench", summary: "load any etcd v3 endpoint with kube-apiserver-shaped requests", run: benchMain},
 	}
 }

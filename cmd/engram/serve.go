@@ -117,7 +117,7 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 			"paths", "/metrics /healthz /readyz /debug/pprof/")
 	}
 
-	store, err := openStore(cfg, logger.With("component", "storage"))
+	store, err := openStore(ctx, cfg, logger.With("component", "storage"), reg)
 	if err != nil {
 		return err
 	}

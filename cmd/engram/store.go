@@ -1,21 +1,31 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/engramkv/engram/cmd/engram/internal/config"
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/host"
 	badgerkv "github.com/engramkv/engram/plugins/badger"
 	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // openStore opens the engine named by storage.engine. The caller closes it
-// after the server has shut down.
-func openStore(cfg config.Config, logger *slog.Logger) (kv.Store, error) {
+// after the server has shut down. reg receives engine metrics (may be nil).
+func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (kv.Store, error) {
 	switch cfg.Storage.Engine {
+	case config.EngineWasm:
+		st, err := openWasm(ctx, cfg, logger, reg)
+		if err != nil {
+			return nil, fmt.Errorf("storage.engine=wasm: %w", err)
+		}
+		return st, nil
 	case config.EngineBadger:
 		opts := badgerkv.Options{
 			InMemory:       cfg.Storage.Badger.InMemory,
@@ -45,4 +55,33 @@ func openStore(cfg config.Config, logger *slog.Logger) (kv.Store, error) {
 		// name added there but not here.
 		return nil, fmt.Errorf("storage.engine: unknown engine %q", cfg.Storage.Engine)
 	}
+}
+
+// wasmOptions maps storage.wasm.* to the host's options.
+func wasmOptions(cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (host.Options, host.StoreOptions) {
+	w := cfg.Storage.Wasm
+	cacheDir := w.CacheDir
+	if cacheDir == "" {
+		cacheDir = filepath.Join(cfg.DataDir, "wasm-cache")
+	}
+	return host.Options{
+			Logger:      logger,
+			Registerer:  reg,
+			CacheDir:    cacheDir,
+			MemoryLimit: w.MemoryLimit,
+			Untrusted:   w.Untrusted,
+		}, host.StoreOptions{
+			Config:           []byte(w.Config),
+			PoolSize:         w.PoolSize,
+			AllowedAddresses: w.AllowedAddresses,
+			CallTimeout:      w.CallTimeout,
+		}
+}
+
+// openWasm loads storage.wasm.file (compiling it, or loading it from the
+// cache) and starts its instances; a malformed or wrong-version file fails
+// here, before the server starts.
+func openWasm(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (kv.Store, error) {
+	opts, sopts := wasmOptions(cfg, logger, reg)
+	return host.OpenFile(ctx, cfg.Storage.Wasm.File, opts, sopts)
 }

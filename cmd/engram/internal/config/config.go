@@ -81,12 +81,45 @@ type Config struct {
 
 // Storage selects the storage engine.
 type Storage struct {
-	// Engine is "badger" (embedded, durable, the default) or "memkv"
-	// (in-memory, for tests and experiments: everything is lost on exit).
-	Engine string `koanf:"engine" help:"storage engine: badger or memkv"`
+	// Engine is "badger" (embedded, durable, the default), "memkv"
+	// (in-memory, for tests and experiments: everything is lost on exit) or
+	// "wasm" (a WebAssembly storage plugin, storage.wasm.file).
+	Engine string `koanf:"engine" help:"storage engine: badger, memkv or wasm"`
 
 	// Badger tunes the badger engine; ignored by other engines.
 	Badger Badger `koanf:"badger"`
+
+	// Wasm configures the WebAssembly plugin engine; ignored by others.
+	Wasm Wasm `koanf:"wasm"`
+}
+
+// Wasm configures storage.engine=wasm: a storage plugin loaded from a .wasm
+// file (abi/ABI.md) and run by the host package.
+type Wasm struct {
+	// File is the plugin's .wasm file.
+	File string `koanf:"file" help:"storage plugin .wasm file (storage.engine=wasm)"`
+	// Config is passed verbatim to the plugin's init (a DSN, options...).
+	Config string `koanf:"config" help:"configuration string passed to the plugin's init"`
+	// PoolSize is the number of instances of a pooled plugin (a stateless
+	// client of a remote store); a plugin that keeps its data in its own
+	// memory always runs as one instance.
+	PoolSize int `koanf:"pool-size" help:"instances of a pooled plugin (one-instance plugins ignore it)"`
+	// MemoryLimit caps each instance's linear memory, in bytes; a plugin
+	// growing past it traps and its instance is discarded.
+	MemoryLimit int64 `koanf:"memory-limit" help:"linear memory cap per plugin instance, in bytes"`
+	// AllowedAddresses are the host:port strings the plugin may open TCP
+	// connections to (exact match, no DNS inside the plugin); anything
+	// else is denied.
+	AllowedAddresses []string `koanf:"allowed-addresses" help:"host:port addresses the plugin may connect to"`
+	// CacheDir holds the compiled plugin, so a restart does not compile
+	// again (seconds for a large plugin); empty means <data-dir>/wasm-cache.
+	CacheDir string `koanf:"cache-dir" help:"compilation cache directory (empty: <data-dir>/wasm-cache)"`
+	// CallTimeout bounds a plugin call that has no earlier deadline.
+	CallTimeout time.Duration `koanf:"call-timeout" help:"upper bound of one plugin call"`
+	// Untrusted compiles the plugin with interruption checks, so a plugin
+	// spinning without calling the host is stopped at its deadline; it
+	// makes plugin code several times slower.
+	Untrusted bool `koanf:"untrusted" help:"make a spinning plugin interruptible (slows plugin code several times)"`
 }
 
 // Badger tunes the embedded badger engine (plugins/badger). Every commit is
@@ -173,6 +206,7 @@ type Limits struct {
 const (
 	EngineBadger = "badger"
 	EngineMemKV  = "memkv"
+	EngineWasm   = "wasm"
 )
 
 // Default returns the built-in defaults: the first, lowest layer.
@@ -184,6 +218,10 @@ func Default() Config {
 		Storage: Storage{Engine: EngineBadger, Badger: Badger{
 			GCInterval:     10 * time.Minute,
 			BlockCacheSize: 64 << 20,
+		}, Wasm: Wasm{
+			PoolSize:    4,
+			MemoryLimit: 256 << 20,
+			CallTimeout: 10 * time.Second,
 		}},
 		HTTP:  HTTP{Listen: "127.0.0.1:2381"},
 		Log:   Log{Level: "info", Format: "text"},
@@ -254,8 +292,29 @@ func (c *Config) Validate() error {
 			bad("storage.badger.block-cache-size", "must not be negative, got %d", c.Storage.Badger.BlockCacheSize)
 		}
 	case EngineMemKV:
+	case EngineWasm:
+		if strings.TrimSpace(c.Storage.Wasm.File) == "" {
+			bad("storage.wasm.file", "must name a .wasm file with storage.engine=wasm")
+		}
+		if c.Storage.Wasm.CacheDir == "" && strings.TrimSpace(c.DataDir) == "" {
+			bad("storage.wasm.cache-dir", "is empty and so is data-dir, so there is nowhere to keep compiled plugins")
+		}
 	default:
-		bad("storage.engine", "unknown engine %q (want %s or %s)", c.Storage.Engine, EngineBadger, EngineMemKV)
+		bad("storage.engine", "unknown engine %q (want %s, %s or %s)", c.Storage.Engine, EngineBadger, EngineMemKV, EngineWasm)
+	}
+	if c.Storage.Wasm.PoolSize <= 0 {
+		bad("storage.wasm.pool-size", "must be positive, got %d", c.Storage.Wasm.PoolSize)
+	}
+	if m := c.Storage.Wasm.MemoryLimit; m < 1<<20 || m > 4<<30 {
+		bad("storage.wasm.memory-limit", "must be between 1 MiB and 4 GiB (a wasm32 memory), got %d", m)
+	}
+	if c.Storage.Wasm.CallTimeout <= 0 {
+		bad("storage.wasm.call-timeout", "must be positive, got %s", c.Storage.Wasm.CallTimeout)
+	}
+	for _, a := range c.Storage.Wasm.AllowedAddresses {
+		if err := checkHostPort(a); err != nil {
+			bad("storage.wasm.allowed-addresses", "%q: %v", a, err)
+		}
 	}
 
 	if c.HTTP.Listen != "" {
