@@ -13,6 +13,7 @@ import (
 
 	"github.com/engramkv/engram/core/coder"
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/retry"
 )
 
 type requestKind uint8
@@ -313,37 +314,26 @@ func (b *Backend) commitGroup(g *group) error {
 	return nil
 }
 
-// resolveUncertain decides whether a batch whose commit result was unknown
-// was applied, by reading back a key only that batch writes. It retries the
-// read until the store answers.
+// resolveUncertain decides, before anything later commits, whether a batch
+// whose commit result was unknown was applied (see package retry for why
+// this order keeps revisions dense and watch order intact).
 func (b *Backend) resolveUncertain(ctx context.Context, g *group, cause error) error {
-	key, wantPresent := g.witness()
+	key, present := g.witness()
 	b.log.Warn("commit result uncertain; reading back", "err", cause)
-	for attempt := 0; ; attempt++ {
-		v, err := b.store.Get(ctx, key)
-		switch {
-		case err == nil:
-			if wantPresent && bytes.Equal(v, g.witnessValue) {
-				return nil
-			}
-			if !wantPresent {
-				return cause
-			}
-			return cause
-		case errors.Is(err, kv.ErrNotFound):
-			if wantPresent {
-				return cause
-			}
-			return nil
-		case errors.Is(err, kv.ErrClosed):
-			return err
-		}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
 		select {
-		case <-time.After(min(time.Duration(attempt+1)*50*time.Millisecond, 2*time.Second)):
 		case <-b.stopCh:
-			return cause
+			cancel()
+		case <-ctx.Done():
 		}
+	}()
+	err := retry.Resolve(ctx, b.store, retry.Witness{Key: key, Value: g.witnessValue, Removed: !present}, retry.Options{Logger: b.log})
+	if errors.Is(err, retry.ErrNotApplied) {
+		return cause
 	}
+	return err
 }
 
 // keyState is a key's state as the writer sees it within a group.

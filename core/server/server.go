@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/engramkv/engram/core/compaction"
 	"github.com/engramkv/engram/core/election"
 	"github.com/engramkv/engram/core/etcdapi"
 	"github.com/engramkv/engram/core/kv"
@@ -86,19 +87,9 @@ type ClusterOptions struct {
 	ClientTLS *tls.Config
 }
 
-// CompactionPolicy is a server-side compaction schedule. Mode "" disables it.
-type CompactionPolicy struct {
-	// Mode is "", "periodic" or "revision".
-	Mode string
-	// Retention is the history kept for "periodic" (e.g. 1h): on every run
-	// the server compacts to the revision it had Retention ago.
-	Retention time.Duration
-	// Revisions is the number of revisions kept for "revision".
-	Revisions int64
-	// Interval is how often the policy runs; 0 uses a default derived from
-	// the mode.
-	Interval time.Duration
-}
+// CompactionPolicy is the server-side compaction schedule (package
+// compaction); the zero value is off.
+type CompactionPolicy = compaction.Policy
 
 // Defaults.
 const (
@@ -144,7 +135,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Store == nil {
 		return nil, errors.New("server: no store")
 	}
-	if err := opts.Compaction.validate(); err != nil {
+	if err := opts.Compaction.Validate(); err != nil {
 		return nil, err
 	}
 	if opts.Logger == nil {
@@ -225,11 +216,11 @@ func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), r
 			return err
 		}, time.Second)
 	}()
-	if s.opts.Compaction.Mode != "" {
+	if s.opts.Compaction.Mode != compaction.Off {
 		ls.wg.Add(1)
 		go func() {
 			defer ls.wg.Done()
-			s.runCompactionPolicy(lctx, backend)
+			s.opts.Compaction.Run(lctx, backend, func(err error) bool { return errors.Is(err, mvcc.ErrCompacted) }, log.With("component", "compaction"))
 		}()
 	}
 	return ls, nil

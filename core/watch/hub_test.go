@@ -75,9 +75,17 @@ type collector struct {
 	mu    sync.Mutex
 	resps []Response
 	block chan struct{} // when non-nil, Send waits on it
+	// entered, when non-nil, is signalled each time Send starts.
+	entered chan struct{}
 }
 
 func (c *collector) sink(ctx context.Context, r Response) error {
+	if c.entered != nil {
+		select {
+		case c.entered <- struct{}{}:
+		default:
+		}
+	}
 	if c.block != nil {
 		select {
 		case <-c.block:
@@ -188,12 +196,13 @@ func TestSlowWatcherDoesNotBlockWriters(t *testing.T) {
 func TestLaggingWatcherIsCancelledWithReason(t *testing.T) {
 	src := &fakeSource{rev: 1}
 	h := newHub(t, src, Options{MaxLag: 100})
-	c := &collector{block: make(chan struct{})}
+	c := &collector{block: make(chan struct{}), entered: make(chan struct{}, 1)}
 	w, err := h.Watch(context.Background(), Request{Key: []byte("a")}, c.sink, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src.write(h, "a") // the watcher blocks delivering this one
+	src.write(h, "a")
+	<-c.entered // the watcher is blocked delivering it
 	for range 200 {
 		src.write(h, "b")
 	}
