@@ -129,6 +129,10 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		}
 	}()
 
+	clusterTLS, err := loadClusterTLS(cfg.Cluster.TLS)
+	if err != nil {
+		return err
+	}
 	opts := server.Options{
 		Store:                  store,
 		Logger:                 logger,
@@ -145,6 +149,12 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		MaxTxnOps:           cfg.Limits.MaxTxnOps,
 		Name:                cfg.Name,
 		AdvertiseClientURLs: advertiseURLs(cfg, listeners),
+		Cluster: server.ClusterOptions{
+			Enabled:       cfg.Cluster.Enabled,
+			LeaseDuration: cfg.Cluster.LeaseDuration,
+			RenewInterval: cfg.Cluster.RenewInterval,
+			ClientTLS:     clusterTLS,
+		},
 	}
 	logger.Info("recovering state", "engine", cfg.Storage.Engine)
 	srv, err := server.New(ctx, opts)

@@ -39,3 +39,31 @@ func loadTLS(c config.TLS) (*tls.Config, error) {
 	}
 	return tc, nil
 }
+
+// loadClusterTLS builds the client TLS configuration a follower uses to
+// forward to an https:// leader; nil when no cluster.tls key is set.
+func loadClusterTLS(c config.ClusterTLS) (*tls.Config, error) {
+	if c.CAFile == "" && c.CertFile == "" {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.tls.ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("cluster.tls.ca-file: %s holds no PEM certificate", c.CAFile)
+		}
+		tc.RootCAs = pool
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("cluster.tls.cert-file/cluster.tls.key-file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}

@@ -71,6 +71,9 @@ type Config struct {
 	// Limits bound request sizes.
 	Limits Limits `koanf:"limits"`
 
+	// Cluster runs several Engram nodes over one shared store.
+	Cluster Cluster `koanf:"cluster"`
+
 	// ShutdownTimeout bounds the graceful part of a shutdown: how long
 	// in-flight gRPC calls may run on after SIGTERM/SIGINT before the
 	// remaining connections are cut. Open watch streams never end on their
@@ -194,6 +197,29 @@ type Compaction struct {
 	Interval time.Duration `koanf:"interval" help:"how often server-side compaction runs (0 = chosen from the mode)"`
 }
 
+// Cluster configures leader election among Engram nodes that share one
+// store (TiKV, a remote database behind a wasm plugin). Each node needs a
+// distinct, stable name and an advertise-client-urls entry its peers can
+// reach: followers forward writes, leases and watches there.
+type Cluster struct {
+	// Enabled turns the election on. Leave it off for badger and memkv:
+	// nothing else can open their store.
+	Enabled bool `koanf:"enabled" help:"elect a leader among nodes sharing the store"`
+	// LeaseDuration bounds failover: a dead leader is replaced within it.
+	LeaseDuration time.Duration `koanf:"lease-duration" help:"leader lease; a new leader takes over within about this time"`
+	// RenewInterval is how often the leader renews its lease.
+	RenewInterval time.Duration `koanf:"renew-interval" help:"how often the leader renews its lease (at most half the lease)"`
+	// TLS is what a follower presents when forwarding to an https:// leader.
+	TLS ClusterTLS `koanf:"tls"`
+}
+
+// ClusterTLS is the client side of follower-to-leader forwarding.
+type ClusterTLS struct {
+	CAFile   string `koanf:"ca-file" help:"PEM CA that signed the members' server certificates"`
+	CertFile string `koanf:"cert-file" help:"PEM client certificate for forwarding (needed when members require client certificates)"`
+	KeyFile  string `koanf:"key-file" help:"PEM private key of cluster.tls.cert-file"`
+}
+
 // Limits bound requests, as etcd's flags of the same names do.
 type Limits struct {
 	// MaxRequestBytes bounds one gRPC request (etcd: --max-request-bytes).
@@ -228,6 +254,7 @@ func Default() Config {
 		Watch: Watch{ProgressNotifyInterval: 10 * time.Minute},
 		// etcd's defaults: 1.5 MiB and 128 operations.
 		Limits:          Limits{MaxRequestBytes: 1536 * 1024, MaxTxnOps: 128},
+		Cluster:         Cluster{LeaseDuration: 5 * time.Second, RenewInterval: 1250 * time.Millisecond},
 		ShutdownTimeout: 5 * time.Second,
 	}
 }
@@ -350,6 +377,19 @@ func (c *Config) Validate() error {
 		}
 	default:
 		bad("compaction.mode", "unknown mode %q (want \"\", periodic or revision)", c.Compaction.Mode)
+	}
+	if c.Cluster.Enabled {
+		if c.Cluster.LeaseDuration <= 0 {
+			bad("cluster.lease-duration", "must be positive, got %s", c.Cluster.LeaseDuration)
+		} else if c.Cluster.RenewInterval <= 0 || 2*c.Cluster.RenewInterval > c.Cluster.LeaseDuration {
+			bad("cluster.renew-interval", "must be positive and at most half of cluster.lease-duration (%s), got %s", c.Cluster.LeaseDuration, c.Cluster.RenewInterval)
+		}
+		if c.Storage.Engine == EngineBadger || c.Storage.Engine == EngineMemKV {
+			bad("cluster.enabled", "storage.engine %s cannot be shared between nodes; a cluster needs a shared store (tikv or a wasm plugin for a remote database)", c.Storage.Engine)
+		}
+	}
+	if (c.Cluster.TLS.CertFile == "") != (c.Cluster.TLS.KeyFile == "") {
+		bad("cluster.tls.cert-file", "cluster.tls.cert-file and cluster.tls.key-file go together")
 	}
 	if c.Compaction.Retention < 0 {
 		bad("compaction.retention", "must not be negative, got %s", c.Compaction.Retention)
