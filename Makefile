@@ -12,9 +12,19 @@ ARGS    ?=
 # (instrumenting the test driver would only slow it down).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v '/tests/e2e')
 
-.PHONY: build run test bench bench-tools bench-quick bench-go lint clean
+.PHONY: build run test bench bench-tools bench-quick bench-go lint clean plugins
 
-build:
+# The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
+# Go SDK as WASI reactors into testplugins/bin/. The host's tests, the
+# Kubernetes suite's wasm backend and `engram plugin verify` examples use them.
+WASM_PLUGINS ?= memkv faulty
+plugins:
+	@for p in $(WASM_PLUGINS); do \
+		echo "building testplugins/bin/$$p.wasm"; \
+		(cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/$$p.wasm ./$$p) || exit 1; \
+	done
+
+build: plugins
 	$(GO) build -trimpath -ldflags '-X main.version=$(VERSION)' -o $(BIN) ./cmd/engram
 
 run: build
@@ -23,11 +33,19 @@ run: build
 # tests/e2e builds and runs the real binary; go test's cache cannot see that
 # dependency, so -count=1 makes it run against the current sources every time.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
-test:
+# abi/, sdk/ and testplugins/ are modules of their own (plugins link only
+# them); the SDK is also vetted for wasip1, the target plugins build for.
+# The Kubernetes suite's etcd3 package runs a second time with Engram on
+# memkv.wasm.
+test: plugins
 	$(GO) vet ./...
+	cd abi && $(GO) vet ./... && $(GO) test ./...
+	cd sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
+	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	$(GO) test -race $(RACE_PKGS)
 	$(GO) test -count=1 ./tests/e2e/...
 	cd tests/k8s && $(GO) test ./...
+	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-memkv ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/memkv.wasm $(GO) test -count=1 ./etcd3/...
 
 # Load benchmarks (BENCHMARKS.md, bench/README.md). bench-tools builds the
 # ceiling server, a real etcd 3.6 (bench/etcd pins it; if that build fails,
@@ -76,4 +94,4 @@ lint:
 
 # Removes build output only; ./data (make run's store) is left alone.
 clean:
-	rm -rf bin
+	rm -rf bin testplugins/bin

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -244,6 +245,13 @@ func (in *instance) fail(err error, delivered bool) *failure {
 		f.kind = kindDeadline
 		f.err = fmt.Errorf("%w (interrupted by the untrusted-plugin runtime)", errAbort)
 	}
+	// wazero appends the guest's stack trace on further lines: keep the
+	// first line for the caller (the log gets the whole error) and add
+	// what the guest last wrote to stderr (a Go panic's message).
+	if msg := f.err.Error(); strings.Contains(msg, "\n") {
+		in.log.Debug("wasm call failed", "err", msg)
+		f.err = fmt.Errorf("%s", msg[:strings.IndexByte(msg, '\n')])
+	}
 	if tail := in.stderr.tail(); tail != "" {
 		f.err = fmt.Errorf("%w%s", f.err, tail)
 	}
@@ -372,9 +380,12 @@ func (l *lineLog) emit(line string) {
 		return
 	}
 	l.log.Log(context.Background(), l.level, l.msg, "line", line)
-	l.last = append(l.last, line)
-	if len(l.last) > keepLines {
-		l.last = l.last[len(l.last)-keepLines:]
+	// Keep the lines that say what went wrong (a Go runtime's panic or
+	// fatal error), not the goroutine dump that follows them.
+	if len(l.last) < keepLines && (strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") ||
+		strings.HasPrefix(line, "runtime: ") || !strings.HasPrefix(line, "\t") && !strings.HasPrefix(line, "goroutine ") &&
+		!strings.Contains(line, "(0x") && !strings.HasPrefix(line, "[")) {
+		l.last = append(l.last, line)
 	}
 }
 

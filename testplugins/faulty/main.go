@@ -15,8 +15,9 @@
 // stall (waits for a reply the server never sends), garbage (an unknown
 // status), wronglen (a length prefix longer than the response), empty (a
 // zero-length response), huge (a response over the host's limit), leak
-// (keeps 8 MiB more memory on every call), uncertain (applies a COMMIT, then
-// answers UNCERTAIN), uncertain-lost (answers UNCERTAIN without applying).
+// (keeps 8 MiB more memory on every call), and for COMMIT only: uncertain
+// (applies it, then answers UNCERTAIN), uncertain-lost (answers UNCERTAIN
+// without applying it).
 //
 // Wire format to the server: request frame = op:u8 len:uvarint body;
 // response frame = len:uvarint response. Op 0xF0 asks the server to never
@@ -131,12 +132,18 @@ func (s *store) Dispatch(op abi.Op, req []byte) ([]byte, bool) {
 	case "stall":
 		return s.forward(opStall, req), true
 	case "uncertain":
+		if op != abi.OpCommit {
+			break
+		}
 		resp := s.forward(op, req)
 		if len(resp) > 0 && resp[0] == byte(abi.StatusOK) {
 			return abi.AppendError(s.resp[:0], abi.StatusUncertain, "faulty: applied, but answering UNCERTAIN"), true
 		}
 		return resp, true
 	case "uncertain-lost":
+		if op != abi.OpCommit {
+			break
+		}
 		return abi.AppendError(s.resp[:0], abi.StatusUncertain, "faulty: not applied, answering UNCERTAIN"), true
 	}
 	return s.forward(op, req), true

@@ -3,16 +3,76 @@
 package backend
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
 	"testing"
 
+	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/host"
 )
 
 const backendName = "engram"
 
-// startServer starts a fresh in-memory Engram on 127.0.0.1 (random port),
-// stopped by t.Cleanup, and returns the address to dial.
+// BackendEnv selects Engram's storage engine for the suite: empty for the
+// built-in in-memory store, "wasm-memkv" for the memkv.wasm test plugin run
+// by the wasm host (its path in WasmEnv), so the whole suite also checks
+// Engram on a WebAssembly storage plugin.
+const (
+	BackendEnv = "ENGRAM_K8S_BACKEND"
+	WasmEnv    = "ENGRAM_K8S_WASM"
+)
+
+// startServer starts a fresh Engram on 127.0.0.1 (random port), stopped by
+// t.Cleanup, and returns the address to dial.
 func startServer(t testing.TB) string {
 	t.Helper()
-	return servertest.Start(t, servertest.Options{ProgressNotifyInterval: ProgressNotifyInterval}).Endpoint
+	opts := servertest.Options{ProgressNotifyInterval: ProgressNotifyInterval}
+	switch b := os.Getenv(BackendEnv); b {
+	case "":
+	case "wasm-memkv":
+		st := openWasmStore(t)
+		// Registered before the server's own cleanup, so it runs after
+		// the server has stopped.
+		t.Cleanup(func() {
+			if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
+				t.Errorf("closing the wasm store: %v", err)
+			}
+		})
+		opts.Store = st
+	default:
+		t.Fatalf("%s=%q: unknown backend (want empty or wasm-memkv)", BackendEnv, b)
+	}
+	return servertest.Start(t, opts).Endpoint
+}
+
+// The plugin is compiled once per test process; every test gets a fresh
+// store (a fresh instance, so an empty memkv) on it.
+var (
+	wasmOnce   sync.Once
+	wasmPlugin *host.Plugin
+	wasmErr    error
+)
+
+func openWasmStore(t testing.TB) kv.Store {
+	t.Helper()
+	path := os.Getenv(WasmEnv)
+	if path == "" {
+		t.Fatalf("%s=wasm-memkv needs %s=/path/to/memkv.wasm (make plugins builds testplugins/bin/memkv.wasm)", BackendEnv, WasmEnv)
+	}
+	wasmOnce.Do(func() {
+		cache := filepath.Join(os.TempDir(), "engram-k8s-wasm-cache")
+		wasmPlugin, wasmErr = host.Load(context.Background(), path, host.Options{CacheDir: cache})
+	})
+	if wasmErr != nil {
+		t.Fatalf("loading %s: %v", path, wasmErr)
+	}
+	st, err := wasmPlugin.Open(context.Background(), host.StoreOptions{})
+	if err != nil {
+		t.Fatalf("opening %s: %v", path, err)
+	}
+	return st
 }
