@@ -131,15 +131,28 @@ func statusOf(err error) abi.Status {
 	return abi.StatusInternal
 }
 
-// requestContext returns the context a Store method sees: the request's
-// deadline, nothing else. It cannot interrupt a blocked host call (see the
-// package documentation); it tells the method how much time it has.
+// requestContext returns the context a Store method sees: it reports the
+// request's deadline (Deadline) so the method knows how much time it has,
+// but it never fires by itself. Nothing could make it fire: no other
+// goroutine runs while the instance is blocked in a host call, and a timer
+// per request costs the guest microseconds. The host enforces the deadline
+// on sockets (see the package documentation).
 func requestContext(h abi.Header) (context.Context, context.CancelFunc) {
 	if h.Deadline == 0 {
-		return context.Background(), func() {}
+		return context.Background(), noop
 	}
-	return context.WithDeadline(context.Background(), time.Unix(0, h.Deadline))
+	return deadlineCtx{Context: context.Background(), d: time.Unix(0, h.Deadline)}, noop
 }
+
+func noop() {}
+
+// deadlineCtx carries a deadline without a timer.
+type deadlineCtx struct {
+	context.Context
+	d time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.d, true }
 
 func (d *dispatcher) init(req []byte) []byte {
 	if d.ready {
