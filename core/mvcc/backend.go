@@ -9,12 +9,20 @@
 //
 // # Data layout (see package coder for the key format)
 //
-//	revision key(k)   -> header of k's latest version (a tombstone after a delete)
-//	object key(k, r)  -> header + value of k at revision r (full history)
+//	revision key(k)   -> k's latest version: header + value (a tombstone after a delete)
+//	object key(k, r)  -> header + value of k's version at revision r, for every
+//	                     version that a later one superseded (history)
 //	event key(r)      -> the keys changed at revision r, with their previous revisions
 //	lease key(id)     -> granted TTL
 //	lease index(id,k) -> present while k is attached to lease id
-//	meta "compact"    -> compacted revision
+//	meta "compact"    -> compacted and physically compacted revisions
+//
+// A write moves the key's current version from its revision key into history
+// and puts the new one in the revision key, in one batch. So a read at the
+// current revision (nearly every read) scans revision keys only and needs no
+// second lookup for values, a point read is one Get, and no value is stored
+// twice. A read at an older revision falls back to history for keys changed
+// since.
 //
 // # Invariants
 //
@@ -30,9 +38,10 @@
 //     silently: its batch fails whole.
 //   - The revision key, the object key, the change-log record and lease index
 //     changes of a write are in one batch: a crash leaves all or none.
-//   - Object keys above the compacted revision, and the latest one at or
-//     below it, are never deleted, so reads at any uncompacted revision and
-//     prev_kv of every event above the compacted revision are answerable.
+//   - For every key, the versions above the compacted revision and the
+//     latest one at or below it stay readable (in history or the revision
+//     key), so reads at any uncompacted revision and prev_kv of every event
+//     above the compacted revision are answerable.
 package mvcc
 
 import (
@@ -120,6 +129,7 @@ type Backend struct {
 	metrics          *metrics
 	fence            func() (kv.Op, error)
 	readOnly         bool
+	counts           *countCache
 
 	reqs   chan *request
 	stopCh chan struct{}
@@ -164,6 +174,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		stopCh:           make(chan struct{}),
 		fence:            opts.Fence,
 		readOnly:         opts.ReadOnly,
+		counts:           newCountCache(1 << 20),
 	}
 	b.pins.m = map[int64]int{}
 	b.metrics = newMetrics(opts.Registerer, b)

@@ -2,6 +2,7 @@ package mvcc
 
 import (
 	"context"
+	"errors"
 	"encoding/binary"
 	"time"
 
@@ -16,11 +17,12 @@ import (
 //  2. Physical: a background loop removes what no read at or above C can
 //     observe. It is driven by the change log, so its cost is proportional to
 //     the changes since the last compaction, not to the size of the store:
-//     - for each key changed in [previous, C], every object version at or
-//     below C except the latest one (what a read at C returns), and that one
-//     too if it is a tombstone;
-//     - revision keys holding such tombstones (through the writer, so it
-//     never races a re-create of the key);
+//     - for each key changed in [previous, C]: if its latest version (in the
+//     revision key) is at or below C, every history version at or below C;
+//     otherwise every history version at or below C but the newest one
+//     (what a read at C returns), and that one too if it is a tombstone;
+//     - revision keys holding tombstones at or below C (through the writer,
+//     so it never races a re-create of the key);
 //     - change-log records below C.
 //     It waits until no read is pinned below C, and persists its progress, so
 //     a restart resumes it.
@@ -53,6 +55,7 @@ func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, err
 	}
 	b.compactRev.Store(rev)
 	b.compactMu.Unlock()
+	b.counts.dropBelow(rev)
 	b.kickCompaction()
 	if wait {
 		for b.physical.Load() < rev {
@@ -163,29 +166,43 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		}); err != nil {
 			return err
 		}
-		if len(versions) == 0 {
-			// Its history was removed by an earlier compaction; a
-			// tombstone revision key left at that compaction's target
-			// may go now (cleanTombstones checks).
-			tombstones = append(tombstones, k)
-			continue
-		}
-		last := versions[len(versions)-1]
-		for _, v := range versions[:len(versions)-1] {
-			dels = append(dels, kv.Delete(v.Key))
-		}
-		h, _, err := decodeHeader(last.Value)
-		if err != nil {
+		// Read the latest version after history: a concurrent write only
+		// moves a version into history that this scan did not see, and
+		// that one stays.
+		latest, err := b.store.Get(ctx, coder.RevisionKey(k))
+		switch {
+		case errors.Is(err, kv.ErrNotFound):
+			latest = nil
+		case err != nil:
 			return err
 		}
-		if h.tombstone {
-			dels = append(dels, kv.Delete(last.Key))
-			if h.modRev < target {
-				// A tombstone at exactly target stays readable as "deleted
-				// at target" through its revision key until the next
-				// compaction.
-				tombstones = append(tombstones, k)
+		var lh header
+		if latest != nil {
+			if lh, _, err = decodeHeader(latest); err != nil {
+				return err
 			}
+		}
+		drop := versions
+		if latest != nil && lh.modRev > target {
+			// History holds what a read at target returns: keep the newest
+			// version at or below target unless it says "deleted".
+			if n := len(versions); n > 0 {
+				h, _, err := decodeHeader(versions[n-1].Value)
+				if err != nil {
+					return err
+				}
+				if !h.tombstone {
+					drop = versions[:n-1]
+				}
+			}
+		} else if latest != nil && lh.tombstone {
+			tombstones = append(tombstones, k)
+		}
+		// With no revision key left (its tombstone went at an earlier
+		// compaction) the key reads as absent at every revision from here
+		// on, so all its history at or below target goes.
+		for _, v := range drop {
+			dels = append(dels, kv.Delete(v.Key))
 		}
 		if len(dels) >= compactChunk {
 			if err := flush(); err != nil {
@@ -198,7 +215,7 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 	}
 	for len(tombstones) > 0 {
 		n := min(len(tombstones), compactChunk)
-		if _, err := b.submit(ctx, &request{kind: reqCleanTombstones, keys: tombstones[:n], below: target}); err != nil {
+		if _, err := b.submit(ctx, &request{kind: reqCleanTombstones, keys: tombstones[:n], below: target + 1}); err != nil {
 			return err
 		}
 		tombstones = tombstones[n:]

@@ -84,11 +84,12 @@ func TestPhysicalCompaction(t *testing.T) {
 	if _, err := b.Compact(ctx, 7, true); err != nil {
 		t.Fatal(err)
 	}
-	// a: versions 2,3 go; 4 stays (latest below 7, needed at rev 7 and as
-	// prev_kv of event 8); 8 stays. b: deleted at 6 < 7, so its history and
-	// revision key go. c: 7 stays.
-	if got := countSpace(t, store, coder.SpaceObject); got != 3 {
-		t.Errorf("object versions after compaction: %d, want 3", got)
+	// Revision keys hold a@8, b's tombstone (6) and c@7; history holds the
+	// superseded a@2, a@3, a@4 and b@5. a keeps a@4 (what a read at 7
+	// returns, and prev_kv of the event at 8); b was deleted at or below 7,
+	// so its history and its tombstone go; c has no history.
+	if got := countSpace(t, store, coder.SpaceObject); got != 1 {
+		t.Errorf("history versions after compaction: %d, want 1", got)
 	}
 	if got := countSpace(t, store, coder.SpaceRevision); got != 2 {
 		t.Errorf("revision keys after compaction: %d, want 2 (b's tombstone removed)", got)
@@ -221,5 +222,59 @@ func TestChangeRecordRoundTrip(t *testing.T) {
 	h := header{modRev: 5, createRev: 3, version: 2, lease: 7, tombstone: true}
 	if got, rest, err := decodeHeader(encodeObject(h, []byte("val"))); err != nil || got != h || string(rest) != "val" {
 		t.Fatalf("header round trip: %+v %q %v", got, rest, err)
+	}
+}
+
+// TestPaginatedCountsStayExact checks the count cache against full scans:
+// pages pinned to one revision while writes, deletes and re-creates go on.
+func TestPaginatedCountsStayExact(t *testing.T) {
+	b := open(t, memkv.New())
+	ctx := context.Background()
+	for i := range 5000 {
+		put(t, b, fmt.Sprintf("/p/%05d", i), "v")
+	}
+	list := func(rev int64, limit int64) (int64, []int64) {
+		from := []byte("/p/")
+		var counts []int64
+		total := int64(0)
+		for {
+			r, err := b.Range(ctx, &pb.RangeRequest{Key: from, RangeEnd: []byte("/p0"), Limit: limit, Revision: rev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts = append(counts, r.Count)
+			total += int64(len(r.Kvs))
+			if rev == 0 {
+				// Pin later pages to the first page's revision, as
+				// kube-apiserver does.
+				rev = r.Header.Revision
+			}
+			if !r.More {
+				return total, counts
+			}
+			if int64(len(r.Kvs)) != limit {
+				t.Fatalf("short page with More set: %d", len(r.Kvs))
+			}
+			from = append(append([]byte(nil), r.Kvs[len(r.Kvs)-1].Key...), 0)
+		}
+	}
+	rev := b.Rev()
+	// Change the range after pinning: the pinned pages must not see it.
+	for i := 0; i < 5000; i += 7 {
+		del(t, b, fmt.Sprintf("/p/%05d", i))
+	}
+	put(t, b, "/p/99999", "new")
+	total, counts := list(rev, 300)
+	if total != 5000 {
+		t.Fatalf("pinned list returned %d keys, want 5000", total)
+	}
+	for i, c := range counts {
+		if want := int64(5000 - 300*i); c != want {
+			t.Fatalf("page %d count %d, want %d", i, c, want)
+		}
+	}
+	live := int64(5000 - (5000+6)/7 + 1)
+	if total, _ := list(0, 300); total != live {
+		t.Fatalf("current list returned %d keys, want %d", total, live)
 	}
 }

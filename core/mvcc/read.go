@@ -20,8 +20,6 @@ type entry struct {
 	key   []byte
 	hdr   header
 	value []byte
-	// loaded is true when value holds the version's value.
-	loaded bool
 }
 
 func (e *entry) keyValue(withValue bool) *mvccpb.KeyValue {
@@ -59,76 +57,136 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 		return nil, err
 	}
 	defer unpin()
-	entries, err := b.entriesAt(ctx, req.Key, req.RangeEnd, rev)
+	// Without sorting or filters only the first Limit entries are kept;
+	// the rest are only counted.
+	keep := -1
+	if req.Limit > 0 && plainOrder(req) {
+		keep = int(req.Limit)
+	}
+	entries, count, err := b.entriesAt(ctx, req.Key, req.RangeEnd, rev, keep)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := buildRange(ctx, req, entries, b.valueLoader(ctx))
-	if err != nil {
-		return nil, err
-	}
+	resp := buildRange(req, entries, count)
 	resp.Header = &pb.ResponseHeader{Revision: cur}
 	return resp, nil
 }
 
-// entriesAt returns the live versions at rev of the keys in [key, end), in key
-// order, with values not yet loaded.
-func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64) ([]entry, error) {
+// plainOrder reports whether a range returns keys in ascending order with no
+// filter, so the first Limit keys are the answer.
+func plainOrder(req *pb.RangeRequest) bool {
+	sorted := req.SortOrder == pb.RangeRequest_NONE && req.SortTarget == pb.RangeRequest_KEY ||
+		req.SortOrder == pb.RangeRequest_ASCEND && req.SortTarget == pb.RangeRequest_KEY
+	return sorted && req.MinModRevision == 0 && req.MaxModRevision == 0 && req.MinCreateRevision == 0 && req.MaxCreateRevision == 0
+}
+
+// entriesAt returns the live versions at rev of the keys in [key, end) in key
+// order, at most keep of them (keep < 0: all), and the number of live keys
+// in the range. Entries past keep are counted without decoding their keys
+// unless they changed after rev.
+func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, keep int) ([]entry, int, error) {
 	if len(end) == 0 {
 		raw, err := b.store.Get(ctx, coder.RevisionKey(key))
 		if errors.Is(err, kv.ErrNotFound) {
-			return nil, nil
+			return nil, 0, nil
 		}
 		if err != nil {
-			return nil, storageErr("get", err)
+			return nil, 0, storageErr("get", err)
 		}
-		h, _, err := decodeHeader(raw)
+		h, val, err := decodeHeader(raw)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		e, ok, err := b.resolveAt(ctx, key, h, rev)
+		e, ok, err := b.resolveAt(ctx, key, h, val, rev)
 		if err != nil || !ok {
-			return nil, err
+			return nil, 0, err
 		}
-		return []entry{e}, nil
+		if keep == 0 {
+			return nil, 1, nil
+		}
+		return []entry{e}, 1, nil
 	}
 	start, stop := coder.RevisionRange(key, end)
 	if bytes.Compare(start, stop) >= 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	var out []entry
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, func(p kv.Pair) error {
+	if keep > 0 {
+		out = make([]entry, 0, min(keep, 4096))
+	}
+	// A page of a list whose count a previous page already established
+	// only needs its own entries.
+	cached, haveCount := 0, false
+	if keep > 0 {
+		cached, haveCount = b.counts.count(stop, rev, start)
+	}
+	// A full scan past the page records the live keys for later pages.
+	var live [][]byte
+	record := keep > 0 && !haveCount
+	count := 0
+	batch := 1024
+	if haveCount {
+		// Only the page is read; a little slack covers deleted keys.
+		batch = keep + 16
+	}
+	err := scanAll(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: batch}, func(p kv.Pair) error {
+		h, val, err := decodeHeader(p.Value)
+		if err != nil {
+			return err
+		}
+		full := keep < 0 || len(out) < keep
+		if !full && haveCount {
+			return errStopScan
+		}
+		if !full && h.modRev <= rev {
+			if !h.tombstone {
+				count++
+				if record {
+					live = append(live, p.Key)
+				}
+			}
+			return nil
+		}
 		k, err := coder.DecodeRevisionKey(p.Key)
 		if err != nil {
 			return err
 		}
-		h, _, err := decodeHeader(p.Value)
-		if err != nil {
+		e, ok, err := b.resolveAt(ctx, k, h, val, rev)
+		if err != nil || !ok {
 			return err
 		}
-		e, ok, err := b.resolveAt(ctx, k, h, rev)
-		if err != nil {
-			return err
+		count++
+		if record {
+			live = append(live, p.Key)
 		}
-		if ok {
+		if full {
 			out = append(out, e)
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, storageErr("scan", err)
+	if err != nil && !errors.Is(err, errStopScan) {
+		return nil, 0, storageErr("scan", err)
 	}
-	return out, nil
+	if haveCount {
+		return out, cached, nil
+	}
+	if record && count > keep {
+		b.counts.add(stop, rev, start, live)
+	}
+	return out, count, nil
 }
 
-// resolveAt turns a key's latest header into its live version at rev, looking
-// into history when the latest version is newer than rev.
-func (b *Backend) resolveAt(ctx context.Context, key []byte, latest header, rev int64) (entry, bool, error) {
+// errStopScan ends a scan early from its callback.
+var errStopScan = errors.New("mvcc: scan stopped")
+
+// resolveAt turns a key's latest version into its live version at rev,
+// looking into history when the latest version is newer than rev.
+func (b *Backend) resolveAt(ctx context.Context, key []byte, latest header, value []byte, rev int64) (entry, bool, error) {
 	if latest.modRev <= rev {
 		if latest.tombstone {
 			return entry{}, false, nil
 		}
-		return entry{key: key, hdr: latest}, true, nil
+		return entry{key: key, hdr: latest, value: value}, true, nil
 	}
 	return b.versionAt(ctx, key, rev)
 }
@@ -160,38 +218,16 @@ func (b *Backend) versionAt(ctx context.Context, key []byte, rev int64) (entry, 
 	if h.tombstone {
 		return entry{}, false, nil
 	}
-	return entry{key: key, hdr: h, value: val, loaded: true}, true, nil
-}
-
-// valueLoader returns a function that loads an entry's value from history.
-func (b *Backend) valueLoader(ctx context.Context) func(*entry) error {
-	return func(e *entry) error {
-		if e.loaded {
-			return nil
-		}
-		raw, err := b.store.Get(ctx, coder.ObjectKey(e.key, e.hdr.modRev))
-		if err != nil {
-			if errors.Is(err, kv.ErrNotFound) {
-				return fmt.Errorf("mvcc: object %q@%d missing from history: %w", e.key, e.hdr.modRev, errBadRecord)
-			}
-			return storageErr("get object", err)
-		}
-		_, val, err := decodeHeader(raw)
-		if err != nil {
-			return err
-		}
-		e.value, e.loaded = val, true
-		return nil
-	}
+	return entry{key: key, hdr: h, value: val}, true, nil
 }
 
 // buildRange applies etcd's Range options to the live entries of a range.
 // Count is the number of live keys in the range, whatever the limit and
 // filters; More reports that the limit cut the result.
-func buildRange(ctx context.Context, req *pb.RangeRequest, entries []entry, load func(*entry) error) (*pb.RangeResponse, error) {
-	resp := &pb.RangeResponse{Count: int64(len(entries))}
+func buildRange(req *pb.RangeRequest, entries []entry, count int) *pb.RangeResponse {
+	resp := &pb.RangeResponse{Count: int64(count)}
 	if req.CountOnly {
-		return resp, nil
+		return resp
 	}
 	kept := entries
 	if req.MinModRevision != 0 || req.MaxModRevision != 0 || req.MinCreateRevision != 0 || req.MaxCreateRevision != 0 {
@@ -211,14 +247,6 @@ func buildRange(ctx context.Context, req *pb.RangeRequest, entries []entry, load
 		// etcd: a sort target without an order sorts ascending.
 		order = pb.RangeRequest_ASCEND
 	}
-	sortByValue := req.SortTarget == pb.RangeRequest_VALUE && order != pb.RangeRequest_NONE
-	if sortByValue {
-		for i := range kept {
-			if err := load(&kept[i]); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if order != pb.RangeRequest_NONE && !(order == pb.RangeRequest_ASCEND && req.SortTarget == pb.RangeRequest_KEY) {
 		less := sortLess(req.SortTarget, kept)
 		if order == pb.RangeRequest_DESCEND {
@@ -231,19 +259,15 @@ func buildRange(ctx context.Context, req *pb.RangeRequest, entries []entry, load
 		kept = kept[:req.Limit]
 		resp.More = true
 	}
+	if req.Limit > 0 && int64(len(kept)) == req.Limit && int64(count) > req.Limit && plainOrder(req) {
+		// Entries past the limit were only counted.
+		resp.More = true
+	}
 	resp.Kvs = make([]*mvccpb.KeyValue, len(kept))
 	for i := range kept {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		if !req.KeysOnly {
-			if err := load(&kept[i]); err != nil {
-				return nil, err
-			}
-		}
 		resp.Kvs[i] = kept[i].keyValue(!req.KeysOnly)
 	}
-	return resp, nil
+	return resp
 }
 
 func sortLess(target pb.RangeRequest_SortTarget, es []entry) func(i, j int) bool {
@@ -328,6 +352,30 @@ func (b *Backend) Events(ctx context.Context, from, to int64, limit int) (events
 	}
 }
 
+// versionExactly reads the version of key written at rev: from history if a
+// later write superseded it, else from the revision key.
+func (b *Backend) versionExactly(ctx context.Context, key []byte, rev int64) (entry, error) {
+	raw, err := b.store.Get(ctx, coder.ObjectKey(key, rev))
+	if errors.Is(err, kv.ErrNotFound) {
+		raw, err = b.store.Get(ctx, coder.RevisionKey(key))
+		if err == nil {
+			if h, _, derr := decodeHeader(raw); derr == nil && h.modRev != rev {
+				// Superseded between the two reads: it is in history now.
+				raw, err = b.store.Get(ctx, coder.ObjectKey(key, rev))
+			}
+		}
+	}
+	if err != nil {
+		return entry{}, storageErr(fmt.Sprintf("get %q@%d", key, rev), err)
+	}
+	h, val, err := decodeHeader(raw)
+	if err != nil {
+		return entry{}, err
+	}
+	h.modRev = rev
+	return entry{key: key, hdr: h, value: val}, nil
+}
+
 // materialize builds the watch event of one change-log entry from history.
 func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb.Event, error) {
 	ev := &mvccpb.Event{}
@@ -335,16 +383,10 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 		ev.Type = mvccpb.DELETE
 		ev.Kv = &mvccpb.KeyValue{Key: c.key, ModRevision: rev}
 	} else {
-		raw, err := b.store.Get(ctx, coder.ObjectKey(c.key, rev))
-		if err != nil {
-			return nil, storageErr(fmt.Sprintf("get object %q@%d", c.key, rev), err)
-		}
-		h, val, err := decodeHeader(raw)
+		e, err := b.versionExactly(ctx, c.key, rev)
 		if err != nil {
 			return nil, err
 		}
-		h.modRev = rev
-		e := entry{key: c.key, hdr: h, value: val, loaded: true}
 		ev.Type = mvccpb.PUT
 		ev.Kv = e.keyValue(true)
 	}
@@ -362,7 +404,7 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 				return nil, err
 			}
 			h.modRev = c.prevRev
-			pe.hdr, pe.value, pe.loaded = h, val, true
+			pe.hdr, pe.value = h, val
 			ev.PrevKv = pe.keyValue(true)
 		}
 	}

@@ -38,10 +38,6 @@ func appendHeader(dst []byte, h header) []byte {
 	return dst
 }
 
-func encodeHeader(h header) []byte {
-	return appendHeader(make([]byte, 0, 2+4*binary.MaxVarintLen64), h)
-}
-
 // encodeObject encodes a version record: header then value.
 func encodeObject(h header, value []byte) []byte {
 	dst := appendHeader(make([]byte, 0, 2+4*5+len(value)), h)

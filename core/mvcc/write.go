@@ -345,9 +345,9 @@ type keyState struct {
 	// false when the revision key is absent (never written, or cleaned up).
 	cur    header
 	exists bool
-	value  []byte
-	loaded bool
-	dirty  bool
+	// value is cur's value (the revision key holds it).
+	value []byte
+	dirty bool
 	// deleteRevKey removes the revision key instead of writing cur.
 	deleteRevKey bool
 }
@@ -389,26 +389,14 @@ func (g *group) state(key []byte) (*keyState, error) {
 	case err != nil:
 		return nil, storageErr("get revision key", err)
 	default:
-		h, _, err := decodeHeader(raw)
+		h, val, err := decodeHeader(raw)
 		if err != nil {
 			return nil, err
 		}
-		s.base, s.cur, s.exists = raw, h, true
+		s.base, s.cur, s.exists, s.value = raw, h, true, val
 	}
 	g.keys[string(key)] = s
 	return s, nil
-}
-
-func (g *group) loadValue(key []byte, s *keyState) error {
-	if s.loaded || !s.live() {
-		return nil
-	}
-	e := entry{key: key, hdr: s.cur}
-	if err := g.b.valueLoader(context.Background())(&e); err != nil {
-		return err
-	}
-	s.value, s.loaded = e.value, true
-	return nil
 }
 
 // liveRange returns the live keys in [key, end) as of this group, sorted.
@@ -438,12 +426,12 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 			}
 			return nil
 		}
-		h, _, err := decodeHeader(p.Value)
+		h, val, err := decodeHeader(p.Value)
 		if err != nil {
 			return err
 		}
 		if !h.tombstone {
-			g.keys[string(k)] = &keyState{base: p.Value, cur: h, exists: true}
+			g.keys[string(k)] = &keyState{base: p.Value, cur: h, exists: true, value: val}
 			out = append(out, k)
 		}
 		return nil
@@ -556,11 +544,6 @@ func (g *group) compare(c *pb.Compare) (bool, error) {
 	}
 	for _, k := range keys {
 		s := g.keys[string(k)]
-		if c.Target == pb.Compare_VALUE {
-			if err := g.loadValue(k, s); err != nil {
-				return false, err
-			}
-		}
 		if !compareHeader(c, s.cur, s.value) {
 			return false, nil
 		}
@@ -708,11 +691,11 @@ func (g *group) rangeOp(req *pb.RangeRequest) (*pb.RangeResponse, error) {
 			return nil, err
 		}
 		defer unpin()
-		entries, err := g.b.entriesAt(context.Background(), req.Key, req.RangeEnd, req.Revision)
+		entries, count, err := g.b.entriesAt(context.Background(), req.Key, req.RangeEnd, req.Revision, -1)
 		if err != nil {
 			return nil, err
 		}
-		return buildRange(context.Background(), req, entries, g.b.valueLoader(context.Background()))
+		return buildRange(req, entries, count), nil
 	}
 	keys, err := g.liveRange(req.Key, req.RangeEnd)
 	if err != nil {
@@ -721,16 +704,9 @@ func (g *group) rangeOp(req *pb.RangeRequest) (*pb.RangeResponse, error) {
 	entries := make([]entry, len(keys))
 	for i, k := range keys {
 		s := g.keys[string(k)]
-		entries[i] = entry{key: k, hdr: s.cur, value: s.value, loaded: s.loaded}
+		entries[i] = entry{key: k, hdr: s.cur, value: s.value}
 	}
-	return buildRange(context.Background(), req, entries, func(e *entry) error {
-		s := g.keys[string(e.key)]
-		if err := g.loadValue(e.key, s); err != nil {
-			return err
-		}
-		e.value, e.loaded = s.value, true
-		return nil
-	})
+	return buildRange(req, entries, len(entries)), nil
 }
 
 func (g *group) put(p *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
@@ -740,16 +716,8 @@ func (g *group) put(p *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
 	}
 	resp := &pb.PutResponse{}
 	wasLive := s.live()
-	if wasLive && (p.PrevKv || p.IgnoreValue) {
-		if err := g.loadValue(p.Key, s); err != nil {
-			return nil, err
-		}
-	}
 	var prev *mvccpb.KeyValue
 	if wasLive {
-		if err := g.loadValue(p.Key, s); err != nil {
-			return nil, err
-		}
 		prev = (&entry{key: p.Key, hdr: s.cur, value: s.value}).keyValue(true)
 		if p.PrevKv {
 			resp.PrevKv = prev
@@ -778,9 +746,6 @@ func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRang
 	resp := &pb.DeleteRangeResponse{Deleted: int64(len(keys))}
 	for _, k := range keys {
 		s := g.keys[string(k)]
-		if err := g.loadValue(k, s); err != nil {
-			return nil, err
-		}
 		prev := (&entry{key: k, hdr: s.cur, value: s.value}).keyValue(true)
 		if d.PrevKv {
 			resp.PrevKvs = append(resp.PrevKvs, prev)
@@ -797,8 +762,12 @@ func (g *group) record(key []byte, s *keyState, h header, value []byte, prev *mv
 	if s.live() {
 		oldLease = s.cur.lease
 	}
-	s.cur, s.exists, s.dirty, s.value, s.loaded, s.deleteRevKey = h, true, true, value, true, false
-	g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, h.modRev), encodeObject(h, value)))
+	if s.exists {
+		// The version being replaced (a tombstone too: reads between the
+		// delete and this write must see the key deleted) moves to history.
+		g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+	}
+	s.cur, s.exists, s.dirty, s.value, s.deleteRevKey = h, true, true, value, false
 	c := change{deleted: h.tombstone, key: key}
 	if prev != nil {
 		c.prevRev = prev.ModRevision
@@ -854,9 +823,6 @@ func (g *group) leaseRevoke(id int64) error {
 		if !s.live() || s.cur.lease != id {
 			continue
 		}
-		if err := g.loadValue(k, s); err != nil {
-			return err
-		}
 		prev := (&entry{key: k, hdr: s.cur, value: s.value}).keyValue(true)
 		g.record(k, s, header{modRev: rev, tombstone: true}, nil, prev)
 	}
@@ -904,9 +870,9 @@ func (g *group) batch() []kv.Op {
 		case s.deleteRevKey:
 			ops = append(ops, kv.CompareAndDelete(rk, s.base))
 		case s.base == nil:
-			ops = append(ops, kv.PutIfAbsent(rk, encodeHeader(s.cur)))
+			ops = append(ops, kv.PutIfAbsent(rk, encodeObject(s.cur, s.value)))
 		default:
-			ops = append(ops, kv.CompareAndSwap(rk, s.base, encodeHeader(s.cur)))
+			ops = append(ops, kv.CompareAndSwap(rk, s.base, encodeObject(s.cur, s.value)))
 		}
 	}
 	ops = append(ops, g.objects...)
