@@ -2,8 +2,8 @@ package mvcc
 
 import (
 	"context"
-	"errors"
 	"encoding/binary"
+	"errors"
 	"time"
 
 	"github.com/engramkv/engram/core/coder"
