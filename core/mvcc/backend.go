@@ -130,6 +130,7 @@ type Backend struct {
 	fence            func() (kv.Op, error)
 	readOnly         bool
 	counts           *countCache
+	barrier          readBarrier
 
 	reqs   chan *request
 	stopCh chan struct{}
@@ -177,6 +178,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		counts:           newCountCache(1 << 20),
 	}
 	b.pins.m = map[int64]int{}
+	b.barrier.fetch = b.fetchRevisions
 	b.metrics = newMetrics(opts.Registerer, b)
 	if err := b.loadCompacted(ctx); err != nil {
 		return nil, err
@@ -231,6 +233,11 @@ func (b *Backend) readRevisions(ctx context.Context) (int64, int64, error) {
 	if !b.readOnly {
 		return b.clock.Current(), b.compactRev.Load(), nil
 	}
+	return b.barrier.wait(ctx)
+}
+
+// fetchRevisions reads the current and compacted revisions from the store.
+func (b *Backend) fetchRevisions(ctx context.Context) (int64, int64, error) {
 	rev, err := tso.Recover(ctx, b.store)
 	if err != nil {
 		return 0, 0, storageErr("read revision", err)
