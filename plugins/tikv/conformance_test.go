@@ -1,0 +1,56 @@
+package tikv_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvtest"
+	"github.com/engramkv/engram/plugins/tikv"
+	"github.com/engramkv/engram/plugins/tikv/tikvmock"
+)
+
+func openMock(t testing.TB, opts tikvmock.Options) *tikv.Store {
+	t.Helper()
+	s, err := tikvmock.Open(opts)
+	if err != nil {
+		t.Fatalf("tikvmock.Open: %v", err)
+	}
+	return s
+}
+
+// TestConformance runs the adaptor contract on a mock cluster of ten
+// regions, in the default namespace.
+func TestConformance(t *testing.T) {
+	kvtest.Run(t, func(t *testing.T) kv.Store { return openMock(t, tikvmock.Options{}) })
+}
+
+// TestConformanceBinaryPrefix runs the cases that exercise key bounds
+// again, in a namespace whose end is not the prefix with its last byte
+// incremented ("\xfe\xff" ends at "\xff"), so an off-by-one in the bounds
+// the adaptor computes shows up. (The other cases do not depend on the
+// prefix; running them twice would only double the time under -race.)
+func TestConformanceBinaryPrefix(t *testing.T) {
+	bounds := map[string]bool{
+		"GetAbsentAndPresent": true, "ByteOrder": true, "ScanBoundsAndLimits": true, "EmptyRanges": true,
+		"LargeValuesAndLongKeys": true, "ConditionalConflicts": true, "ReadYourWrites": true, "Partitions": true,
+	}
+	for _, c := range kvtest.Cases(kvtest.Config{}) {
+		if !bounds[c.Name] {
+			continue
+		}
+		t.Run(c.Name, func(t *testing.T) {
+			s := openMock(t, tikvmock.Options{Store: tikv.Options{Prefix: []byte("\xfe\xff")}})
+			defer func() {
+				if err := s.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
+					t.Errorf("Close: %v", err)
+				}
+			}()
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			c.Run(ctx, t, s)
+		})
+	}
+}
