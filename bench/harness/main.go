@@ -55,6 +55,7 @@ type harness struct {
 	profileTop                         string
 	goBench                            bool
 	goBenchOut                         string
+	goBenchFlags                       string
 	goBenchTook                        time.Duration
 	machine                            machine
 	versions                           map[string]string
@@ -100,6 +101,7 @@ func run() error {
 	flag.StringVar(&h.outJSON, "results", "bench/results/results.json", "every run's raw engram bench report, as JSON")
 	flag.StringVar(&h.profileDir, "profile-dir", "bench/results", "where to save a CPU profile of engram-badger during the first create run (empty: none)")
 	flag.BoolVar(&h.goBench, "go-bench", false, "also run `make bench-go` and include its output")
+	flag.StringVar(&h.goBenchFlags, "go-bench-flags", "-benchtime=300ms", "BENCH_GO_FLAGS for make bench-go")
 	flag.IntVar(&h.p.clients, "clients", 300, "engram bench --clients")
 	flag.IntVar(&h.p.connections, "connections", 10, "engram bench --connections")
 	flag.IntVar(&h.p.keySize, "key-size", 70, "engram bench --key-size")
@@ -317,7 +319,7 @@ func (h *harness) measureRSS(ctx context.Context, store string) error {
 func (h *harness) runGoBench(ctx context.Context) error {
 	h.log.Info("running make bench-go")
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, "make", "--no-print-directory", "bench-go").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "make", "--no-print-directory", "bench-go", "BENCH_GO_FLAGS="+h.goBenchFlags).CombinedOutput()
 	h.goBenchTook = time.Since(start)
 	h.goBenchOut = string(out)
 	if err != nil {

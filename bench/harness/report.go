@@ -225,7 +225,8 @@ func (h *harness) writeReport() error {
 		w("Taken from `/debug/pprof/profile` during the first create run (saved next to the chart). The load generator ran on the same cores.\n\n```\n%s```\n", h.profileTop)
 	}
 	if h.goBench {
-		w("\n## Go benchmarks\n\n`make bench-go` (`go test -run='^$' -bench=. -benchmem` over the root module's packages, took %s):\n\n```\n%s```\n", h.goBenchTook.Round(time.Second), h.goBenchOut)
+		w("\n## Go benchmarks\n\n`make bench-go BENCH_GO_FLAGS=%s` (`go test -run='^$' -bench=. -benchmem %s` over the root module's packages but tests/, took %s):\n\n```\n%s```\n",
+			h.goBenchFlags, h.goBenchFlags, h.goBenchTook.Round(time.Second), h.goBenchOut)
 	}
 	return os.WriteFile(h.outMD, []byte(b.String()), 0o644)
 }

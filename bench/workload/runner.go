@@ -149,17 +149,38 @@ func (r *runner) run(ctx context.Context, name string) (*result.Result, error) {
 
 // cleanup deletes a workload's keys and compacts the history they left, as
 // kube-apiserver's compactor would, so the next workload starts on a store
-// of the same size.
+// of the same size. It deletes in ranges of at most cleanupChunk keys: a
+// single DeleteRange over a whole create run (tens of thousands of keys) is
+// nothing kube-apiserver ever sends, and one store refusing it must not end
+// the run.
 func (r *runner) cleanup(ctx context.Context, name string) error {
+	const cleanupChunk = 5000
 	ks := newKeyspace(r.cfg.Prefix, name, r.cfg.KeySize)
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	resp, err := r.conns[0].Delete(cctx, ks.base, clientv3.WithRange(ks.end()))
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", ks.base, err)
+	cli := r.conns[0]
+	var rev int64
+	for {
+		page, err := cli.Get(cctx, ks.base, clientv3.WithRange(ks.end()), clientv3.WithLimit(cleanupChunk), clientv3.WithKeysOnly())
+		if err != nil {
+			return fmt.Errorf("list %s: %w", ks.base, err)
+		}
+		rev = page.Header.Revision
+		if len(page.Kvs) == 0 {
+			break
+		}
+		last := string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
+		resp, err := cli.Delete(cctx, ks.base, clientv3.WithRange(last))
+		if err != nil {
+			return fmt.Errorf("delete %d keys under %s: %w", len(page.Kvs), ks.base, err)
+		}
+		rev = resp.Header.Revision
+		if !page.More {
+			break
+		}
 	}
-	if _, err := r.conns[0].Compact(cctx, resp.Header.Revision); err != nil {
-		return fmt.Errorf("compact at %d: %w", resp.Header.Revision, err)
+	if _, err := cli.Compact(cctx, rev); err != nil {
+		return fmt.Errorf("compact at %d: %w", rev, err)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -36,6 +37,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		jsonOut   = fs.String("json", "", "also write the report as JSON to this file")
 		quiet     = fs.Bool("quiet", false, "no progress line on stderr (it is also off when stderr is not a terminal)")
 		verbose   = fs.Bool("verbose", false, "log each phase on stderr")
+		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the load generator itself to this file (to check it is not the bottleneck)")
 	)
 	fs.IntVar(&d.Clients, "clients", d.Clients, "concurrent request loops")
 	fs.IntVar(&d.Connections, "connections", d.Connections, "gRPC connections, shared round-robin by the clients")
@@ -88,6 +90,20 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if *verbose {
 		d.Logger = slog.New(slog.NewTextHandler(stderr, nil))
+	}
+
+	if *cpuProf != "" {
+		f, err := os.Create(*cpuProf)
+		if err != nil {
+			fmt.Fprintf(stderr, "engram bench: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "engram bench: --cpu-profile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
