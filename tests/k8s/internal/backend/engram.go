@@ -33,6 +33,8 @@ func startServer(t testing.TB) string {
 	opts := servertest.Options{ProgressNotifyInterval: ProgressNotifyInterval}
 	switch b := os.Getenv(BackendEnv); b {
 	case "":
+	case "wasm-postgres": // postgres.go
+		opts.Store = openPostgresStore(t)
 	case "wasm-memkv":
 		st := openWasmStore(t)
 		// Registered before the server's own cleanup, so it runs after
