@@ -1,0 +1,237 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvtest"
+	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/internal/pgtest"
+)
+
+// TestPostgres runs postgres.wasm against a throwaway PostgreSQL (skipped
+// without PostgreSQL binaries unless CI is set): the conformance suite, the
+// whole server through clientv3, refused configurations, and a latency
+// probe. One server and one compiled plugin serve every subtest; each store
+// gets a table of its own, so each starts empty.
+func TestPostgres(t *testing.T) {
+	pg := pgtest.Start(t)
+	path := pluginPath(t, "postgres")
+	cache, err := pgtest.WasmCacheDir(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	p := loadPlugin(t, "postgres", Options{CacheDir: cache})
+	t.Logf("PostgreSQL %s on %s; postgres.wasm loaded in %v", pg.Version, pg.Addr, time.Since(start).Round(time.Millisecond))
+	tables := 0
+	open := func(t *testing.T, extra string) *Store {
+		t.Helper()
+		tables++
+		cfg := fmt.Sprintf("url=%s table=t%d %s", pg.URL(""), tables, extra)
+		s, err := p.Open(context.Background(), StoreOptions{Config: []byte(cfg), AllowedAddresses: []string{pg.Addr}, PoolSize: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+
+	t.Run("Conformance", func(t *testing.T) {
+		kvtest.Run(t, func(t *testing.T) kv.Store { return open(t, "") })
+	})
+
+	t.Run("Manifest", func(t *testing.T) {
+		s := open(t, "pool-size=2")
+		defer s.Close()
+		m, f := s.Manifest(), s.Features()
+		if m.Name != "postgres" || m.Model.String() != "pooled" || !f.Durable {
+			t.Errorf("manifest %+v, features %+v", m, f)
+		}
+	})
+
+	t.Run("Server", func(t *testing.T) {
+		st := open(t, "")
+		t.Cleanup(func() { _ = st.Close() })
+		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
+	})
+
+	t.Run("RefusedConfig", func(t *testing.T) {
+		cases := []struct {
+			name, cfg string
+			allowed   []string
+			want      string
+		}{
+			{"no url", "table=x", []string{pg.Addr}, "url=postgres://"},
+			{"unknown setting", "url=" + pg.URL("") + " colour=blue", []string{pg.Addr}, `unknown setting "colour"`},
+			{"bad table", "url=" + pg.URL("") + ` table=a;drop`, []string{pg.Addr}, "not a plain SQL identifier"},
+			{"bad pool size", "url=" + pg.URL("") + " pool-size=0", []string{pg.Addr}, "pool-size"},
+			{"no allowed address", "url=" + pg.URL(""), nil, "allowed-addresses"},
+			{"address not allowed", "url=" + pg.URL(""), []string{"127.0.0.1:1"}, "allowed-addresses"},
+			{"no such database", "url=" + pg.URL("nosuchdb"), []string{pg.Addr}, "nosuchdb"},
+		}
+		for _, c := range cases {
+			_, err := p.Open(context.Background(), StoreOptions{Config: []byte(c.cfg), AllowedAddresses: c.allowed, PoolSize: 1})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: Open = %v, want an error mentioning %q", c.name, err, c.want)
+			}
+		}
+	})
+
+	t.Run("NotAnEngramTable", func(t *testing.T) {
+		// A table that exists with other columns is refused at INIT, not
+		// written into. pg_class is a view-free catalog table every
+		// database has.
+		_, err := p.Open(context.Background(), StoreOptions{Config: []byte("url=" + pg.URL("") + " table=pg_catalog.pg_class"),
+			AllowedAddresses: []string{pg.Addr}, PoolSize: 1})
+		if err == nil || !strings.Contains(err.Error(), "not an Engram table") {
+			t.Errorf("Open on pg_class = %v", err)
+		}
+	})
+
+	t.Run("Unavailable", func(t *testing.T) {
+		// A server that goes away: calls fail cleanly (nothing applied,
+		// UNAVAILABLE), never hang, and never claim success.
+		pg2 := pgtest.Start(t)
+		s, err := p.Open(context.Background(), StoreOptions{Config: []byte("url=" + pg2.URL("") + " table=gone"),
+			AllowedAddresses: []string{pg2.Addr}, PoolSize: 1, CallTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx := context.Background()
+		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
+			t.Fatal(err)
+		}
+		if err := pg2.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Get with the server gone: %v, want UNAVAILABLE", err)
+		}
+		err = s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("w"))})
+		if err == nil || errors.Is(err, kv.ErrUncertain) {
+			t.Errorf("Commit with the server gone: %v, want a certain failure", err)
+		}
+	})
+
+	t.Run("Latency", func(t *testing.T) {
+		s := open(t, "")
+		defer s.Close()
+		get, commit := postgresLatency(t, s, 300)
+		t.Logf("postgres.wasm through the host, PostgreSQL %s on loopback (fsync off), 1 client: Get p50 %v p99 %v; 3-op Commit (CAS+PutIfAbsent+Put) p50 %v p99 %v",
+			pg.Version, get[0], get[1], commit[0], commit[1])
+	})
+}
+
+// postgresLatency measures n sequential Gets and n 3-op commits shaped like
+// Engram's writes (a CAS on the revision key, a new object key, a meta put)
+// and returns their p50 and p99.
+func postgresLatency(t *testing.T, s kv.Store, n int) (get, commit [2]time.Duration) {
+	ctx := context.Background()
+	rev := []byte("rev/key")
+	if err := s.Commit(ctx, []kv.Op{kv.Put(rev, []byte("0"))}); err != nil {
+		t.Fatal(err)
+	}
+	gets := make([]time.Duration, 0, n)
+	commits := make([]time.Duration, 0, n)
+	cur := []byte("0")
+	for i := range n + 20 {
+		next := []byte(fmt.Sprint(i + 1))
+		ops := []kv.Op{
+			kv.CompareAndSwap(rev, cur, next),
+			kv.PutIfAbsent([]byte(fmt.Sprintf("obj/key/%08d", i)), []byte(strings.Repeat("v", 500))),
+			kv.Put([]byte("meta/last"), next),
+		}
+		t0 := time.Now()
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		d := time.Since(t0)
+		cur = next
+		t0 = time.Now()
+		if _, err := s.Get(ctx, rev); err != nil {
+			t.Fatal(err)
+		}
+		if i >= 20 { // the first calls prepare statements
+			commits = append(commits, d)
+			gets = append(gets, time.Since(t0))
+		}
+	}
+	pct := func(ds []time.Duration) [2]time.Duration {
+		slices.Sort(ds)
+		return [2]time.Duration{ds[len(ds)/2].Round(time.Microsecond), ds[len(ds)*99/100].Round(time.Microsecond)}
+	}
+	return pct(gets), pct(commits)
+}
+
+// serverSmoke drives a server through clientv3: puts, a range, a
+// transaction that succeeds and one that fails, deletes, a historical read,
+// a compaction and a watch.
+func serverSmoke(t *testing.T, srv *servertest.Server) {
+	c := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	wch := c.Watch(ctx, "/registry/", clientv3.WithPrefix())
+	for i := range 30 {
+		if _, err := c.Put(ctx, fmt.Sprintf("/registry/pods/p%02d", i), fmt.Sprintf("v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := c.Get(ctx, "/registry/pods/", clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 30 {
+		t.Fatalf("range: %v, %d kvs", err, len(resp.Kvs))
+	}
+	page, err := c.Get(ctx, "/registry/pods/", clientv3.WithPrefix(), clientv3.WithLimit(7))
+	if err != nil || len(page.Kvs) != 7 || !page.More || page.Count != 30 {
+		t.Fatalf("limited range: %v, %d kvs, more=%v, count=%d", err, len(page.Kvs), page.More, page.Count)
+	}
+	rev := resp.Kvs[3].ModRevision
+	txn, err := c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision("/registry/pods/p03"), "=", rev)).
+		Then(clientv3.OpPut("/registry/pods/p03", "updated")).Commit()
+	if err != nil || !txn.Succeeded {
+		t.Fatalf("txn: %v, succeeded=%v", err, txn != nil && txn.Succeeded)
+	}
+	txn, err = c.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision("/registry/pods/p03"), "=", rev)).
+		Then(clientv3.OpPut("/registry/pods/p03", "stale")).Commit()
+	if err != nil || txn.Succeeded {
+		t.Fatalf("stale txn: %v, succeeded=%v", err, txn != nil && txn.Succeeded)
+	}
+	if _, err := c.Delete(ctx, "/registry/pods/p1", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = c.Get(ctx, "/registry/pods/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 20 {
+		t.Fatalf("count after delete: %v, %d", err, resp.Count)
+	}
+	old, err := c.Get(ctx, "/registry/pods/p03", clientv3.WithRev(rev))
+	if err != nil || len(old.Kvs) != 1 || string(old.Kvs[0].Value) != "v3" {
+		t.Fatalf("historical read: %v %v", err, old)
+	}
+	events := 0
+	for events < 41 { // 30 puts, 1 txn put, 10 deletes
+		select {
+		case w := <-wch:
+			events += len(w.Events)
+		case <-ctx.Done():
+			t.Fatalf("watch delivered %d events", events)
+		}
+	}
+	if _, err := c.Compact(ctx, rev+1, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("compact: %v", err)
+	}
+	if _, err := c.Get(ctx, "/registry/pods/p03", clientv3.WithRev(rev)); err == nil {
+		t.Errorf("read below the compacted revision succeeded")
+	}
+	cur, err := c.Get(ctx, "/registry/pods/p03")
+	if err != nil || len(cur.Kvs) != 1 || string(cur.Kvs[0].Value) != "updated" {
+		t.Fatalf("read after compaction: %v %v", err, cur)
+	}
+}
