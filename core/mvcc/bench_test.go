@@ -2,6 +2,8 @@ package mvcc
 
 import (
 	"bytes"
+	"io"
+	"log/slog"
 	"context"
 	"fmt"
 	"sync"
@@ -13,6 +15,8 @@ import (
 	"github.com/engramkv/engram/plugins/badger"
 	"github.com/engramkv/engram/plugins/memkv"
 )
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Engines the benchmarks run on: the in-memory one isolates the core's own
 // cost; badger on disk is the default deployment.
@@ -56,7 +60,7 @@ func load(b *testing.B, be *Backend, n int) {
 func BenchmarkPaginatedList(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open()})
+			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -90,7 +94,7 @@ func BenchmarkPaginatedList(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open()})
+			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -114,7 +118,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkCreateParallel(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open()})
+			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
 			if err != nil {
 				b.Fatal(err)
 			}
