@@ -14,10 +14,12 @@ RACE_PKGS = $(shell $(GO) list ./... | grep -v '/tests/e2e')
 
 .PHONY: build run test bench bench-tools bench-quick bench-go lint clean plugins
 
-# The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
-# Go SDK as WASI reactors into testplugins/bin/. The host's tests, the
-# Kubernetes suite's wasm backend and `engram plugin verify` examples use them.
-WASM_PLUGINS ?= memkv faulty
+# The WebAssembly test plugins (testplugins/: memkv, faulty, postgres), built
+# with the Go SDK as WASI reactors into testplugins/bin/. The host's tests,
+# the Kubernetes suite's wasm backends and `engram plugin verify` examples
+# use them; postgres.wasm is also the PostgreSQL adaptor the README runs
+# Engram on (the first build compiles pgx for wasm: about a minute).
+WASM_PLUGINS ?= memkv faulty postgres
 plugins:
 	@for p in $(WASM_PLUGINS); do \
 		echo "building testplugins/bin/$$p.wasm"; \
@@ -36,7 +38,8 @@ run: build
 # abi/, sdk/ and testplugins/ are modules of their own (plugins link only
 # them); the SDK is also vetted for wasip1, the target plugins build for.
 # The Kubernetes suite's etcd3 package runs a second time with Engram on
-# memkv.wasm.
+# memkv.wasm, and a third on postgres.wasm over a throwaway PostgreSQL
+# (internal/pgtest; skipped without PostgreSQL unless CI is set).
 test: plugins
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
@@ -46,6 +49,7 @@ test: plugins
 	$(GO) test -count=1 ./tests/e2e/...
 	cd tests/k8s && $(GO) test ./...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-memkv ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/memkv.wasm $(GO) test -count=1 ./etcd3/...
+	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-postgres ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/postgres.wasm $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=tikv $(GO) test -count=1 ./etcd3/...
 
 # Load benchmarks (BENCHMARKS.md, bench/README.md). bench-tools builds the
