@@ -49,6 +49,7 @@ type harness struct {
 	mode                               string
 	stores                             []string
 	skipped                            map[string]string // store -> why it has no row
+	failed                             map[string]string // store -> the error that stopped its runs
 	runs                               map[string][]*result.Report
 	commands                           map[string][]string // store -> example commands
 	rss                                map[string]rssResult
@@ -82,6 +83,7 @@ func run() error {
 	h := &harness{
 		log:      slog.New(slog.NewTextHandler(os.Stderr, nil)),
 		skipped:  map[string]string{},
+		failed:   map[string]string{},
 		runs:     map[string][]*result.Report{},
 		commands: map[string][]string{},
 		rss:      map[string]rssResult{},
@@ -156,11 +158,17 @@ func run() error {
 	}
 	for rep := range h.p.repeats {
 		for _, store := range h.stores {
-			if _, skip := h.skipped[store]; skip {
+			if _, skip := h.skipped[store]; skip || h.failed[store] != "" {
 				continue
 			}
 			if err := h.benchStore(ctx, store, rep); err != nil {
-				return fmt.Errorf("%s, repeat %d: %w", store, rep+1, err)
+				if ctx.Err() != nil {
+					return err
+				}
+				// One store failing (a crash, a refused request) is a
+				// result to report, not a reason to lose the others.
+				h.log.Error("store failed; no more runs against it", "store", store, "repeat", rep+1, "err", err)
+				h.failed[store] = fmt.Sprintf("repeat %d: %v", rep+1, err)
 			}
 		}
 	}
@@ -170,7 +178,11 @@ func run() error {
 				continue
 			}
 			if err := h.measureRSS(ctx, store); err != nil {
-				return fmt.Errorf("%s memory: %w", store, err)
+				if ctx.Err() != nil {
+					return err
+				}
+				h.log.Error("memory measurement failed", "store", store, "err", err)
+				h.rss[store] = rssResult{Objects: h.p.rssObjects, LoadError: err.Error()}
 			}
 		}
 	}

@@ -135,6 +135,9 @@ func (h *harness) writeReport() error {
 			continue
 		}
 		w("- **%s**: %s\n", s, storeInfo[s])
+		if why := h.failed[s]; why != "" {
+			w("  *Failed, no further runs against it: %s*\n", oneLine(why, 400))
+		}
 	}
 
 	w("\n## Results\n\n")
@@ -196,7 +199,7 @@ func (h *harness) writeReport() error {
 			}
 			note := ""
 			if r.LoadError != "" {
-				note = " (load failed: " + r.LoadError + ")"
+				note = " (load failed: " + oneLine(r.LoadError, 200) + ")"
 			}
 			w("| %s | %s | %s%s | %s | %s | %s | %s objects/s |\n", s, mib(r.Idle.RSS), mib(r.Loaded.RSS), note, mib(r.Loaded.Anon), mib(r.Loaded.File),
 				ratio(float64(r.Loaded.RSS), etcdRSS), fnum(r.LoadRate))
@@ -339,4 +342,15 @@ func (h *harness) relToReport(path string) string {
 		return path
 	}
 	return filepath.ToSlash(rel)
+}
+
+// oneLine squeezes an error (which may carry a server log tail) into one
+// table-safe line of at most n bytes.
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = strings.ReplaceAll(s, "|", "/")
+	if len(s) > n {
+		s = s[:n] + "…"
+	}
+	return s
 }
