@@ -14,6 +14,7 @@ import (
 	"github.com/engramkv/engram/host"
 	badgerkv "github.com/engramkv/engram/plugins/badger"
 	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/plugins/tikv"
 )
 
 // openStore opens the engine named by storage.engine. The caller closes it
@@ -50,6 +51,12 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 	case config.EngineMemKV:
 		logger.Warn("storage.engine is memkv: all data is lost when the process exits")
 		return memkv.New(), nil
+	case config.EngineTiKV:
+		st, err := tikv.Open(ctx, tikvOptions(cfg, logger))
+		if err != nil {
+			return nil, fmt.Errorf("storage.engine=tikv: %w", err)
+		}
+		return st, nil
 	default:
 		// config.Validate refuses other names; this guards a new engine
 		// name added there but not here.
@@ -84,4 +91,23 @@ func wasmOptions(cfg config.Config, logger *slog.Logger, reg prometheus.Register
 func openWasm(ctx context.Context, cfg config.Config, logger *slog.Logger, reg prometheus.Registerer) (kv.Store, error) {
 	opts, sopts := wasmOptions(cfg, logger, reg)
 	return host.OpenFile(ctx, cfg.Storage.Wasm.File, opts, sopts)
+}
+
+// tikvOptions maps storage.tikv.* to the TiKV adaptor's options.
+func tikvOptions(cfg config.Config, logger *slog.Logger) tikv.Options {
+	t := cfg.Storage.TiKV
+	return tikv.Options{
+		PDEndpoints: t.PDEndpoints,
+		Prefix:      []byte(t.Prefix),
+		TLS: tikv.TLSOptions{
+			CAFile:   t.TLS.CAFile,
+			CertFile: t.TLS.CertFile,
+			KeyFile:  t.TLS.KeyFile,
+		},
+		Logger:         logger,
+		DialTimeout:    t.DialTimeout,
+		RequestTimeout: t.RequestTimeout,
+		GCInterval:     t.GCInterval,
+		GCLifeTime:     t.GCLifeTime,
+	}
 }

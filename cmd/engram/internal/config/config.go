@@ -85,15 +85,55 @@ type Config struct {
 // Storage selects the storage engine.
 type Storage struct {
 	// Engine is "badger" (embedded, durable, the default), "memkv"
-	// (in-memory, for tests and experiments: everything is lost on exit) or
-	// "wasm" (a WebAssembly storage plugin, storage.wasm.file).
-	Engine string `koanf:"engine" help:"storage engine: badger, memkv or wasm"`
+	// (in-memory, for tests and experiments: everything is lost on exit),
+	// "wasm" (a WebAssembly storage plugin, storage.wasm.file) or "tikv"
+	// (a TiKV cluster, storage.tikv).
+	Engine string `koanf:"engine" help:"storage engine: badger, memkv, wasm or tikv"`
 
 	// Badger tunes the badger engine; ignored by other engines.
 	Badger Badger `koanf:"badger"`
 
 	// Wasm configures the WebAssembly plugin engine; ignored by others.
 	Wasm Wasm `koanf:"wasm"`
+
+	// TiKV configures the TiKV engine; ignored by others.
+	TiKV TiKV `koanf:"tikv"`
+}
+
+// TiKV configures storage.engine=tikv: Engram's data in a TiKV cluster
+// (plugins/tikv), reached through its PD servers.
+type TiKV struct {
+	// PDEndpoints are the PD servers of the cluster, host:port (or
+	// http(s)://host:port).
+	PDEndpoints []string `koanf:"pd-endpoints" help:"PD servers of the TiKV cluster, host:port (storage.engine=tikv)"`
+	// Prefix namespaces this Engram cluster's keys in TiKV, so several can
+	// share one TiKV; prefixes sharing a TiKV must not be prefixes of one
+	// another.
+	Prefix string `koanf:"prefix" help:"key prefix of this Engram cluster in TiKV"`
+	// TLS secures the connections to PD and TiKV.
+	TLS TiKVTLS `koanf:"tls"`
+	// DialTimeout bounds connecting to PD at start.
+	DialTimeout time.Duration `koanf:"dial-timeout" help:"how long to wait for PD at start"`
+	// RequestTimeout bounds one read, write or region lookup that has no
+	// earlier deadline.
+	RequestTimeout time.Duration `koanf:"request-timeout" help:"upper bound of one TiKV read or write"`
+	// GCInterval is the pause between MVCC garbage collection runs of the
+	// TiKV cluster; 0 disables GC (another client, e.g. TiDB, runs it).
+	GCInterval time.Duration `koanf:"gc-interval" help:"pause between TiKV MVCC GC runs (0 disables)"`
+	// GCLifeTime is the MVCC history GC keeps; it must exceed the longest
+	// scan.
+	GCLifeTime time.Duration `koanf:"gc-life-time" help:"MVCC history kept by TiKV GC"`
+}
+
+// TiKVTLS are PEM files for TLS towards PD and TiKV.
+type TiKVTLS struct {
+	// CAFile is the CA bundle that signed the cluster's certificates;
+	// setting it turns TLS on.
+	CAFile string `koanf:"ca-file" help:"PEM CA bundle of the TiKV cluster (enables TLS)"`
+	// CertFile and KeyFile are the client certificate and key, for
+	// clusters that authenticate clients.
+	CertFile string `koanf:"cert-file" help:"PEM client certificate for PD and TiKV"`
+	KeyFile  string `koanf:"key-file" help:"PEM private key of storage.tikv.tls.cert-file"`
 }
 
 // Wasm configures storage.engine=wasm: a storage plugin loaded from a .wasm
@@ -233,6 +273,7 @@ const (
 	EngineBadger = "badger"
 	EngineMemKV  = "memkv"
 	EngineWasm   = "wasm"
+	EngineTiKV   = "tikv"
 )
 
 // Default returns the built-in defaults: the first, lowest layer.
@@ -248,6 +289,12 @@ func Default() Config {
 			PoolSize:    4,
 			MemoryLimit: 256 << 20,
 			CallTimeout: 10 * time.Second,
+		}, TiKV: TiKV{
+			Prefix:         "engram/",
+			DialTimeout:    10 * time.Second,
+			RequestTimeout: 30 * time.Second,
+			GCInterval:     10 * time.Minute,
+			GCLifeTime:     10 * time.Minute,
 		}},
 		HTTP:  HTTP{Listen: "127.0.0.1:2381"},
 		Log:   Log{Level: "info", Format: "text"},
@@ -326,9 +373,17 @@ func (c *Config) Validate() error {
 		if c.Storage.Wasm.CacheDir == "" && strings.TrimSpace(c.DataDir) == "" {
 			bad("storage.wasm.cache-dir", "is empty and so is data-dir, so there is nowhere to keep compiled plugins")
 		}
+	case EngineTiKV:
+		if len(c.Storage.TiKV.PDEndpoints) == 0 {
+			bad("storage.tikv.pd-endpoints", "at least one PD address is required with storage.engine=tikv")
+		}
+		if c.Storage.TiKV.Prefix == "" {
+			bad("storage.tikv.prefix", "must not be empty with storage.engine=tikv (it namespaces Engram's keys in TiKV)")
+		}
 	default:
-		bad("storage.engine", "unknown engine %q (want %s, %s or %s)", c.Storage.Engine, EngineBadger, EngineMemKV, EngineWasm)
+		bad("storage.engine", "unknown engine %q (want %s, %s, %s or %s)", c.Storage.Engine, EngineBadger, EngineMemKV, EngineWasm, EngineTiKV)
 	}
+	c.validateTiKV(bad)
 	if c.Storage.Wasm.PoolSize <= 0 {
 		bad("storage.wasm.pool-size", "must be positive, got %d", c.Storage.Wasm.PoolSize)
 	}
@@ -411,6 +466,43 @@ func (c *Config) Validate() error {
 		bad("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// validateTiKV checks storage.tikv.* whatever the engine, like the other
+// engines' sections: a wrong value fails now, not when the engine is
+// switched.
+func (c *Config) validateTiKV(bad func(key, format string, args ...any)) {
+	t := c.Storage.TiKV
+	for _, ep := range t.PDEndpoints {
+		hostport := ep
+		if u, err := url.Parse(ep); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+			hostport = u.Host
+		}
+		if err := checkHostPort(hostport); err != nil {
+			bad("storage.tikv.pd-endpoints", "%q: %v", ep, err)
+		}
+	}
+	if t.Prefix != "" && strings.Count(t.Prefix, "\xff") == len(t.Prefix) {
+		bad("storage.tikv.prefix", "a prefix of only 0xFF bytes has no end; use another")
+	}
+	if (t.TLS.CertFile == "") != (t.TLS.KeyFile == "") {
+		bad("storage.tikv.tls.cert-file", "storage.tikv.tls.cert-file and storage.tikv.tls.key-file go together")
+	}
+	if t.TLS.CertFile != "" && t.TLS.CAFile == "" {
+		bad("storage.tikv.tls.ca-file", "a client certificate needs the cluster's CA (storage.tikv.tls.ca-file) too")
+	}
+	if t.DialTimeout <= 0 {
+		bad("storage.tikv.dial-timeout", "must be positive, got %s", t.DialTimeout)
+	}
+	if t.RequestTimeout <= 0 {
+		bad("storage.tikv.request-timeout", "must be positive, got %s", t.RequestTimeout)
+	}
+	if t.GCInterval < 0 {
+		bad("storage.tikv.gc-interval", "must not be negative, got %s (0 disables GC)", t.GCInterval)
+	}
+	if t.GCLifeTime < time.Minute {
+		bad("storage.tikv.gc-life-time", "must be at least 1m, got %s", t.GCLifeTime)
+	}
 }
 
 // ClientURL is a parsed listen or advertise URL.

@@ -238,6 +238,37 @@ func TestValidate(t *testing.T) {
 		{name: "http endpoint disabled", edit: func(c *Config) { c.HTTP.Listen = "" }},
 		{name: "periodic compaction", edit: func(c *Config) { c.Compaction = Compaction{Mode: "periodic", Retention: time.Hour} }},
 		{name: "watch lag limit disabled", edit: func(c *Config) { c.Watch.MaxLag = -1 }},
+		{name: "tikv with TLS", edit: func(c *Config) {
+			c.Storage.Engine = EngineTiKV
+			c.DataDir = ""
+			c.Storage.TiKV.PDEndpoints = []string{"pd-0:2379", "https://pd-1:2379"}
+			c.Storage.TiKV.TLS = TiKVTLS{CAFile: "ca", CertFile: "c", KeyFile: "k"}
+		}},
+		{name: "tikv without GC", edit: func(c *Config) {
+			c.Storage.Engine = EngineTiKV
+			c.Storage.TiKV.PDEndpoints = []string{"127.0.0.1:2379"}
+			c.Storage.TiKV.GCInterval = 0
+		}},
+
+		{name: "tikv without PD", edit: func(c *Config) { c.Storage.Engine = EngineTiKV },
+			wants: []string{"storage.tikv.pd-endpoints", "at least one"}},
+		{name: "tikv without prefix", edit: func(c *Config) {
+			c.Storage.Engine = EngineTiKV
+			c.Storage.TiKV.PDEndpoints = []string{"127.0.0.1:2379"}
+			c.Storage.TiKV.Prefix = ""
+		}, wants: []string{"storage.tikv.prefix"}},
+		{name: "tikv bad endpoint", edit: func(c *Config) { c.Storage.TiKV.PDEndpoints = []string{"pd"} },
+			wants: []string{"storage.tikv.pd-endpoints", "host:port"}},
+		{name: "tikv prefix without end", edit: func(c *Config) { c.Storage.TiKV.Prefix = "\xff\xff" },
+			wants: []string{"storage.tikv.prefix", "0xFF"}},
+		{name: "tikv cert without CA", edit: func(c *Config) { c.Storage.TiKV.TLS = TiKVTLS{CertFile: "c", KeyFile: "k"} },
+			wants: []string{"storage.tikv.tls.ca-file"}},
+		{name: "tikv cert without key", edit: func(c *Config) { c.Storage.TiKV.TLS = TiKVTLS{CAFile: "ca", CertFile: "c"} },
+			wants: []string{"storage.tikv.tls.cert-file"}},
+		{name: "tikv short GC life time", edit: func(c *Config) { c.Storage.TiKV.GCLifeTime = time.Second },
+			wants: []string{"storage.tikv.gc-life-time"}},
+		{name: "tikv zero timeouts", edit: func(c *Config) { c.Storage.TiKV.DialTimeout, c.Storage.TiKV.RequestTimeout = 0, 0 },
+			wants: []string{"storage.tikv.dial-timeout", "storage.tikv.request-timeout"}},
 
 		{name: "https without cert", edit: func(c *Config) { c.ListenClientURLs = []string{"https://127.0.0.1:2379"} },
 			wants: []string{"listen-client-urls", "tls.cert-file"}},
