@@ -137,7 +137,7 @@ func hostNetDial(ctx context.Context, mod api.Module, stack []uint64) {
 			deadline = d
 		}
 	}
-	dctx, cancel := context.WithDeadline(in.cctx.Context, deadline)
+	dctx, cancel := context.WithDeadline(in.callerCtx, deadline)
 	defer cancel()
 	var d net.Dialer
 	c, err := d.DialContext(dctx, "tcp", addr)
@@ -192,7 +192,7 @@ func netIO(ctx context.Context, mod api.Module, stack []uint64, read bool) {
 	if in.inCall && in.done != nil {
 		// A cancelled caller wakes the blocked operation by moving the
 		// socket's deadline into the past.
-		stop = context.AfterFunc(in.cctx.Context, func() { _ = hc.c.SetDeadline(time.Unix(1, 0)) })
+		stop = context.AfterFunc(in.callerCtx, func() { _ = hc.c.SetDeadline(time.Unix(1, 0)) })
 	}
 	var got int
 	var err error

@@ -58,7 +58,12 @@ type instance struct {
 	bufCap     int
 	scratch    []byte
 
-	cctx callCtx
+	// cctx is the reused context of trusted calls; cur is the one of the
+	// call in progress. Untrusted calls get a fresh callCtx each, because
+	// wazero's close-on-done goroutine may still read it after the call.
+	cctx      callCtx
+	cur       *callCtx
+	callerCtx context.Context
 
 	// Call state, set by call for the duration of one wasm call and read
 	// by host functions on the same goroutine.
@@ -99,7 +104,9 @@ func (p *Plugin) newInstance(ctx context.Context, s *Store, index int) (_ *insta
 		WithNanotime(in.nanotime, sys.ClockResolution(1)).
 		WithNanosleep(in.nanosleep).
 		WithStartFunctions()
-	mod, err := p.rt.InstantiateModule(&in.cctx, p.compiled, cfg)
+	in.cur = &callCtx{Context: ctx, in: in}
+	in.callerCtx = ctx
+	mod, err := p.rt.InstantiateModule(in.cur, p.compiled, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("wasm plugin %s: instantiate: %w%s", p.name, err, in.stderr.tail())
 	}
@@ -110,7 +117,7 @@ func (p *Plugin) newInstance(ctx context.Context, s *Store, index int) (_ *insta
 		}
 	}()
 	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
-		if _, err := init.Call(&in.cctx); err != nil {
+		if _, err := init.Call(in.cur); err != nil {
 			return nil, fmt.Errorf("wasm plugin %s: _initialize: %w%s", p.name, err, in.stderr.tail())
 		}
 	}
@@ -118,7 +125,7 @@ func (p *Plugin) newInstance(ctx context.Context, s *Store, index int) (_ *insta
 	if in.mem == nil {
 		return nil, fmt.Errorf("wasm plugin %s: no memory", p.name)
 	}
-	ver, err := mod.ExportedFunction(abi.ExportVersion).Call(&in.cctx)
+	ver, err := mod.ExportedFunction(abi.ExportVersion).Call(in.cur)
 	if err != nil {
 		return nil, fmt.Errorf("wasm plugin %s: %s: %w%s", p.name, abi.ExportVersion, err, in.stderr.tail())
 	}
@@ -142,7 +149,7 @@ func (p *Plugin) newInstance(ctx context.Context, s *Store, index int) (_ *insta
 // growBuffer asks the guest for a request buffer of at least n bytes.
 func (in *instance) growBuffer(n int) error {
 	in.stack[0] = uint64(uint32(n))
-	if err := in.fnBuffer.CallWithStack(&in.cctx, in.stack[:]); err != nil {
+	if err := in.fnBuffer.CallWithStack(in.cur, in.stack[:]); err != nil {
 		return fmt.Errorf("%s(%d): %w", abi.ExportBuffer, n, err)
 	}
 	ptr := uint32(in.stack[0])
@@ -178,7 +185,7 @@ func (in *instance) roundTrip(ctx context.Context, op abi.Op, req []byte, dl tim
 		return 0, nil, in.fail(fmt.Errorf("request buffer at %d (%d bytes) lies outside memory", in.bufPtr, len(req)), false)
 	}
 	in.stack[0], in.stack[1] = uint64(op), uint64(len(req))
-	if err := in.fnDispatch.CallWithStack(&in.cctx, in.stack[:]); err != nil {
+	if err := in.fnDispatch.CallWithStack(in.cur, in.stack[:]); err != nil {
 		return 0, nil, in.fail(err, true)
 	}
 	ptr, n := abi.UnpackResult(in.stack[0])
@@ -214,11 +221,13 @@ func (in *instance) begin(ctx context.Context, dl time.Time) {
 		// point, whatever the caller's context does (a cancelled
 		// caller still gets the grace period to unwind cleanly).
 		wctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), dl.Add(in.s.abortGrace))
-		in.cctx.Context = wctx
+		in.cur = &callCtx{Context: wctx, in: in}
 		in.untrustedCancel = cancel
 	} else {
 		in.cctx.Context = ctx
+		in.cur = &in.cctx
 	}
+	in.callerCtx = ctx
 	in.inCall = true
 }
 
@@ -230,6 +239,7 @@ func (in *instance) end() {
 		in.untrustedCancel = nil
 	}
 	in.cctx.Context = context.Background()
+	in.callerCtx = context.Background()
 	in.memSize.Store(int64(in.mem.Size()))
 }
 
