@@ -115,4 +115,9 @@ func TestServerOnTiKV(t *testing.T) {
 	if _, err := cli2.Put(ctx, "/registry/pods/default/d", "v"); err != nil {
 		t.Fatalf("Put after restart: %v", err)
 	}
+	st := store.Stats()
+	t.Logf("adaptor: %+v", st)
+	if st.Commits < 8 || st.Uncertain != 0 {
+		t.Errorf("adaptor stats %+v: want every write committed through TiKV, none uncertain", st)
+	}
 }

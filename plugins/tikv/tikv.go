@@ -79,7 +79,7 @@ const (
 	minGCLifeTime = time.Minute
 
 	// defaultBatchSize is the number of pairs per Next when the caller
-	// gives no hint; it is also client-go's own scan batch size.
+	// gives no hint (client-go's own default scan batch).
 	defaultBatchSize = 256
 	// maxBatchBytes cuts a batch early when values are large, so one Next
 	// does not hold hundreds of MiB.
@@ -146,8 +146,6 @@ type TLSOptions struct {
 	CertFile string
 	KeyFile  string
 }
-
-func (o TLSOptions) enabled() bool { return o.CAFile != "" }
 
 func (o TLSOptions) validate() error {
 	if (o.CertFile == "") != (o.KeyFile == "") {
