@@ -160,8 +160,11 @@ func (r *runner) cleanup(ctx context.Context, name string) error {
 	defer cancel()
 	cli := r.conns[0]
 	var rev int64
-	for {
-		page, err := cli.Get(cctx, ks.base, clientv3.WithRange(ks.end()), clientv3.WithLimit(cleanupChunk), clientv3.WithKeysOnly())
+	// Each page starts after the last deleted key: on a store that is the
+	// same as starting over, and it also ends against the ceiling, which
+	// never deletes anything.
+	for from := ks.base; ; {
+		page, err := cli.Get(cctx, from, clientv3.WithRange(ks.end()), clientv3.WithLimit(cleanupChunk), clientv3.WithKeysOnly())
 		if err != nil {
 			return fmt.Errorf("list %s: %w", ks.base, err)
 		}
@@ -170,7 +173,7 @@ func (r *runner) cleanup(ctx context.Context, name string) error {
 			break
 		}
 		last := string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
-		resp, err := cli.Delete(cctx, ks.base, clientv3.WithRange(last))
+		resp, err := cli.Delete(cctx, from, clientv3.WithRange(last))
 		if err != nil {
 			return fmt.Errorf("delete %d keys under %s: %w", len(page.Kvs), ks.base, err)
 		}
@@ -178,6 +181,7 @@ func (r *runner) cleanup(ctx context.Context, name string) error {
 		if !page.More {
 			break
 		}
+		from = last
 	}
 	if _, err := cli.Compact(cctx, rev); err != nil {
 		return fmt.Errorf("compact at %d: %w", rev, err)
