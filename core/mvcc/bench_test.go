@@ -2,10 +2,10 @@ package mvcc
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"sync"
 	"testing"
 

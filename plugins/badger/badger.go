@@ -80,10 +80,6 @@ const (
 	// queueDepth lets committers enqueue while a group is being written,
 	// which is what forms the next group.
 	queueDepth = 4 * maxGroup
-
-	defaultBatchSize = 256
-	maxBatchBytes    = 4 << 20
-	arenaChunk       = 64 << 10
 )
 
 // Options configures Open.

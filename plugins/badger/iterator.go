@@ -27,7 +27,7 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		start:   dataKey(opts.Start),
 	}
 	if it.batch <= 0 {
-		it.batch = defaultBatchSize
+		it.batch = kv.DefaultBatchPairs
 	}
 	if len(opts.End) > 0 {
 		it.end = dataKey(opts.End)
@@ -93,14 +93,8 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 	if it.done {
 		return nil, nil
 	}
-	n := it.batch
-	if it.limit > 0 {
-		n = min(n, it.limit-it.yielded)
-	}
-	pairs := make([]kv.Pair, 0, min(n, defaultBatchSize))
-	var arena []byte
-	size := 0
-	for ; len(pairs) < n && size < maxBatchBytes; it.iter.Next() {
+	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
+	for ; !b.Full(); it.iter.Next() {
 		if !it.iter.Valid() {
 			it.finish()
 			break
@@ -112,30 +106,19 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 			break
 		}
 		k = k[1:] // strip the namespace
-		need := len(k) + int(item.ValueSize())
-		if cap(arena)-len(arena) < need {
-			arena = make([]byte, 0, max(need, min(arenaChunk, need*(n-len(pairs)))))
-		}
-		off := len(arena)
-		arena = append(arena, k...)
-		kEnd := len(arena)
 		err := item.Value(func(v []byte) error {
-			arena = append(arena, v...)
+			b.Add(k, v)
 			return nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("badger: scan: read value of %q: %w", k, err)
 		}
-		// Full slice expressions keep a caller's append from running into
-		// the neighbouring pair.
-		pairs = append(pairs, kv.Pair{Key: arena[off:kEnd:kEnd], Value: arena[kEnd:len(arena):len(arena)]})
-		size += len(arena) - off
 	}
-	it.yielded += len(pairs)
+	it.yielded += b.Len()
 	if it.limit > 0 && it.yielded >= it.limit {
 		it.finish()
 	}
-	return pairs, nil
+	return b.Pairs(), nil
 }
 
 // finish releases the snapshot; it.mu is held.

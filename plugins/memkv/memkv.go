@@ -19,18 +19,6 @@ import (
 	"github.com/engramkv/engram/core/kv"
 )
 
-const (
-	// defaultBatchSize is the number of pairs per Next when the caller does
-	// not say: enough to amortise the call, small enough to stay in cache.
-	defaultBatchSize = 256
-	// maxBatchBytes cuts a batch early once it holds this many bytes, so a
-	// scan over large values does not build one huge batch.
-	maxBatchBytes = 4 << 20
-	// arenaChunk is the largest buffer a batch's pairs are copied into;
-	// one allocation serves many small pairs.
-	arenaChunk = 64 << 10
-)
-
 // Store is an in-memory kv.Store. The zero value is not usable; call New.
 type Store struct {
 	// mu serialises commits, which makes Commit trivially atomic and
@@ -147,7 +135,7 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		reverse: opts.Reverse,
 	}
 	if it.batch <= 0 {
-		it.batch = defaultBatchSize
+		it.batch = kv.DefaultBatchPairs
 	}
 	if len(opts.End) > 0 {
 		it.end = append([]byte{}, opts.End...)
@@ -215,14 +203,8 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 	if it.done {
 		return nil, nil
 	}
-	n := it.batch
-	if it.limit > 0 {
-		n = min(n, it.limit-it.yielded)
-	}
-	pairs := make([]kv.Pair, 0, min(n, defaultBatchSize))
-	var arena []byte
-	size := 0
-	for len(pairs) < n && size < maxBatchBytes {
+	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
+	for !b.Full() {
 		e, ok := it.cur.next()
 		if ok && it.reverse {
 			ok = bytes.Compare(e.key, it.start) >= 0
@@ -233,26 +215,13 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 			it.finish()
 			break
 		}
-		need := len(e.key) + len(e.value)
-		if cap(arena)-len(arena) < need {
-			// Size the chunk for the rest of the batch, assuming its pairs
-			// are like this one, so a one-pair batch allocates one pair.
-			arena = make([]byte, 0, max(need, min(arenaChunk, need*(n-len(pairs)))))
-		}
-		off := len(arena)
-		arena = append(arena, e.key...)
-		arena = append(arena, e.value...)
-		kEnd := off + len(e.key)
-		// Full slice expressions keep a caller's append from running into
-		// the neighbouring pair.
-		pairs = append(pairs, kv.Pair{Key: arena[off:kEnd:kEnd], Value: arena[kEnd:len(arena):len(arena)]})
-		size += need
+		b.Add(e.key, e.value)
 	}
-	it.yielded += len(pairs)
+	it.yielded += b.Len()
 	if it.limit > 0 && it.yielded >= it.limit {
 		it.finish()
 	}
-	return pairs, nil
+	return b.Pairs(), nil
 }
 
 // finish ends the iteration and lets the snapshot go.

@@ -64,7 +64,7 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		hi:      s.rangeEnd(opts.End),
 	}
 	if it.batch <= 0 {
-		it.batch = defaultBatchSize
+		it.batch = kv.DefaultBatchPairs
 	}
 	if bytes.Compare(it.lo, it.hi) >= 0 {
 		it.done = true
@@ -127,16 +127,10 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 	if it.done {
 		return nil, nil
 	}
-	n := it.batch
-	if it.limit > 0 {
-		n = min(n, it.limit-it.yielded)
-	}
-	pairs := make([]kv.Pair, 0, min(n, defaultBatchSize))
-	var arena []byte
-	size := 0
+	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
 	strip := len(s.prefix)
-	for len(pairs) < n && size < maxBatchBytes {
-		if err := it.ensureOpen(it.yielded + len(pairs)); err != nil {
+	for !b.Full() {
+		if err := it.ensureOpen(it.yielded + b.Len()); err != nil {
 			return nil, it.fail(err)
 		}
 		if !it.scan.Valid() {
@@ -155,31 +149,19 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 			return nil, it.fail(fmt.Errorf("key %q: %w", k, err))
 		}
 		it.last = append(it.last[:0], k...)
-		k = k[strip:]
-		need := len(k) + len(v)
-		if cap(arena)-len(arena) < need {
-			arena = make([]byte, 0, max(need, min(arenaChunk, need*(n-len(pairs)))))
-		}
-		off := len(arena)
-		arena = append(arena, k...)
-		kEnd := len(arena)
-		arena = append(arena, v...)
-		// Full slice expressions keep a caller's append from running
-		// into the neighbouring pair.
-		pairs = append(pairs, kv.Pair{Key: arena[off:kEnd:kEnd], Value: arena[kEnd:len(arena):len(arena)]})
-		size += need
-		if it.resize(strip+need, it.yielded+len(pairs)) {
+		b.Add(k[strip:], v)
+		if it.resize(len(k)+len(v), it.yielded+b.Len()) {
 			continue // reopened after this pair by ensureOpen
 		}
 		if err := it.scan.Next(); err != nil {
 			return nil, it.fail(err)
 		}
 	}
-	it.yielded += len(pairs)
+	it.yielded += b.Len()
 	if it.limit > 0 && it.yielded >= it.limit {
 		it.finish()
 	}
-	return pairs, nil
+	return b.Pairs(), nil
 }
 
 // resize folds one pair's size into the average (weight 1/8, so a run

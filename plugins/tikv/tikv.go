@@ -78,13 +78,6 @@ const (
 	// that in-flight reads and scans are still reading.
 	minGCLifeTime = time.Minute
 
-	// defaultBatchSize is the number of pairs per Next when the caller
-	// gives no hint (client-go's own default scan batch).
-	defaultBatchSize = 256
-	// maxBatchBytes cuts a batch early when values are large, so one Next
-	// does not hold hundreds of MiB.
-	maxBatchBytes = 4 << 20
-	arenaChunk    = 64 << 10
 	// maxPartitions bounds the region lookups of one Partitions call:
 	// past it the rest of the range becomes one last partition.
 	maxPartitions = 4096
