@@ -57,6 +57,17 @@ func TestPostgres(t *testing.T) {
 		}
 	})
 
+	t.Run("ScanConnections", func(t *testing.T) {
+		tables++
+		cfg := fmt.Sprintf("url=%s table=t%d pool-size=2", pg.URL(""), tables)
+		s, err := p.Open(context.Background(), StoreOptions{Config: []byte(cfg), AllowedAddresses: []string{pg.Addr}, PoolSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		postgresScanConns(t, s)
+	})
+
 	t.Run("Server", func(t *testing.T) {
 		st := open(t, "")
 		t.Cleanup(func() { _ = st.Close() })
@@ -72,7 +83,7 @@ func TestPostgres(t *testing.T) {
 			{"no url", "table=x", []string{pg.Addr}, "url=postgres://"},
 			{"unknown setting", "url=" + pg.URL("") + " colour=blue", []string{pg.Addr}, `unknown setting "colour"`},
 			{"bad table", "url=" + pg.URL("") + ` table=a;drop`, []string{pg.Addr}, "not a plain SQL identifier"},
-			{"bad pool size", "url=" + pg.URL("") + " pool-size=0", []string{pg.Addr}, "pool-size"},
+			{"bad pool size", "url=" + pg.URL("") + " pool-size=1", []string{pg.Addr}, "pool-size"},
 			{"no allowed address", "url=" + pg.URL(""), nil, "allowed-addresses"},
 			{"address not allowed", "url=" + pg.URL(""), []string{"127.0.0.1:1"}, "allowed-addresses"},
 			{"no such database", "url=" + pg.URL("nosuchdb"), []string{pg.Addr}, "nosuchdb"},
@@ -234,4 +245,71 @@ func serverSmoke(t *testing.T, srv *servertest.Server) {
 	if err != nil || len(cur.Kvs) != 1 || string(cur.Kvs[0].Value) != "updated" {
 		t.Fatalf("read after compaction: %v %v", err, cur)
 	}
+}
+
+// postgresScanConns checks how scans share an instance's connections: a
+// scan longer than one batch holds a connection (its snapshot transaction)
+// until it ends; scans may take all but one, so Get and Commit keep
+// working while a scan that finds none left fails cleanly.
+func postgresScanConns(t *testing.T, s *Store) {
+	ctx := context.Background()
+	var ops []kv.Op
+	for i := range 50 {
+		ops = append(ops, kv.Put([]byte(fmt.Sprintf("k%03d", i)), []byte("v")))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	long := kv.ScanOptions{BatchSize: 10}
+	it1, err := s.Scan(ctx, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := it1.Next(ctx); err != nil || len(b) != 10 {
+		t.Fatalf("first batch: %d pairs, %v", len(b), err)
+	}
+	// pool-size=2: it1 holds the one connection scans may use.
+	if _, err := s.Scan(ctx, long); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("second long scan while the first holds its connection: %v, want UNAVAILABLE", err)
+	}
+	if _, err := s.Get(ctx, []byte("k001")); err != nil {
+		t.Errorf("Get while a scan holds a connection: %v", err)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k001"), []byte("w"))}); err != nil {
+		t.Errorf("Commit while a scan holds a connection: %v", err)
+	}
+	// A scan that fits in one batch needs no connection of its own.
+	short, err := s.Scan(ctx, kv.ScanOptions{Limit: 5})
+	if err != nil {
+		t.Fatalf("short scan: %v", err)
+	}
+	if b, err := short.Next(ctx); err != nil || len(b) != 5 {
+		t.Errorf("short scan: %d pairs, %v", len(b), err)
+	}
+	_ = short.Close()
+	n := 10
+	for {
+		b, err := it1.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			break
+		}
+		for _, p := range b {
+			if string(p.Key) == "k001" && string(p.Value) != "v" {
+				t.Errorf("the scan saw a commit made after it started")
+			}
+		}
+		n += len(b)
+	}
+	if n != 50 {
+		t.Errorf("long scan yielded %d pairs, want 50", n)
+	}
+	_ = it1.Close()
+	it2, err := s.Scan(ctx, long)
+	if err != nil {
+		t.Fatalf("long scan after the first ended: %v", err)
+	}
+	_ = it2.Close()
 }

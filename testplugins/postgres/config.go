@@ -31,9 +31,11 @@ const (
 //	    the table, optionally schema-qualified (default engram_kv); it is
 //	    created if missing.
 //	pool-size=N
-//	    connections per plugin instance (default 4, at most 64). Engram
-//	    opens storage.wasm.pool-size instances, so PostgreSQL sees up to
-//	    instances x N connections.
+//	    connections per plugin instance (default 4, 2 to 64): one for Get
+//	    and Commit, the others for scans that span several calls (each
+//	    holds a connection with its snapshot transaction until it ends).
+//	    Engram opens storage.wasm.pool-size instances, so PostgreSQL sees
+//	    up to instances x N connections.
 type config struct {
 	url   string
 	table []string // [name] or [schema, name]
@@ -67,8 +69,8 @@ func parseConfig(raw []byte) (config, error) {
 			c.table = parts
 		case "pool-size":
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > maxConns {
-				return c, fmt.Errorf("%w: pool-size=%q: want a number from 1 to %d", sdk.ErrInvalid, v, maxConns)
+			if err != nil || n < 2 || n > maxConns {
+				return c, fmt.Errorf("%w: pool-size=%q: want a number from 2 to %d (one connection is kept for reads and commits)", sdk.ErrInvalid, v, maxConns)
 			}
 			c.conns = n
 		default:

@@ -171,11 +171,26 @@ func queryContext(ctx context.Context) context.Context { return context.WithoutC
 // at a time, so there is no locking; a connection is either idle, serving
 // the current call, or held by an open scan.
 type connPool struct {
-	cfg  *pgx.ConnConfig
-	max  int
-	idle []*pgx.Conn
-	open int
+	cfg   *pgx.ConnConfig
+	max   int
+	idle  []*pgx.Conn
+	open  int
+	scans int // connections held by open scans
 }
+
+// holdForScan counts a connection the caller got as held by a scan until
+// releaseScan. Scans may hold all connections but one, which stays for
+// Get and Commit: a burst of long scans must fail those scans, not
+// Engram's writes.
+func (p *connPool) holdForScan() error {
+	if p.scans >= p.max-1 {
+		return fmt.Errorf("%w: %d open scans hold all connections of this instance that scans may use (raise pool-size, now %d)", sdk.ErrUnavailable, p.scans, p.max)
+	}
+	p.scans++
+	return nil
+}
+
+func (p *connPool) releaseScan() { p.scans-- }
 
 // get returns an idle connection or opens one. It fails when every
 // connection is held by an open scan: nothing would release one while the

@@ -103,6 +103,10 @@ func (it *iter) first(ctx, qctx context.Context, n int) (bool, error) {
 		it.s.pool.put(c)
 		return true, nil
 	}
+	if err := it.s.pool.holdForScan(); err != nil {
+		it.s.pool.put(c)
+		return false, err
+	}
 	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
 	it.conn = c
 	return it.page(qctx, c, []string{`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`}, n, n)
@@ -200,6 +204,7 @@ func (it *iter) finish() {
 	}
 	c := it.conn
 	it.conn = nil
+	it.s.pool.releaseScan()
 	if !c.IsClosed() && c.PgConn().TxStatus() != 'I' {
 		_, _ = c.Exec(context.Background(), `COMMIT`)
 	}
@@ -215,6 +220,7 @@ func (it *iter) fail() {
 	}
 	c := it.conn
 	it.conn = nil
+	it.s.pool.releaseScan()
 	if !c.IsClosed() && c.PgConn().TxStatus() == 'E' {
 		_, _ = c.Exec(context.Background(), `ROLLBACK`)
 	}
