@@ -30,7 +30,7 @@ var storeInfo = map[string]string{
 	storeEtcd:    "etcd 3.6 built from the module proxy (bench/etcd), defaults: fsync on every commit",
 	storeBadger:  "Engram on badger (the default engine): every acknowledged write fsynced",
 	storeMemkv:   "Engram on memkv: in memory, no durability",
-	storeWasm:    "Engram on memkv.wasm through the WebAssembly host: in memory, no durability",
+	storeWasm:    "Engram on memkv.wasm through the WebAssembly host: in memory, no durability; its linear memory cap raised from the default 256 MiB to the wasm32 maximum of 4 GiB, so it can hold what native memkv holds",
 }
 
 // server is one running store process.
@@ -111,7 +111,8 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 		case storeMemkv:
 			s.args = append(s.args, "--storage.engine=memkv")
 		case storeWasm:
-			s.args = append(s.args, "--storage.engine=wasm", "--storage.wasm.file="+h.wasmFile)
+			s.args = append(s.args, "--storage.engine=wasm", "--storage.wasm.file="+h.wasmFile,
+				"--storage.wasm.memory-limit=4294967296")
 		}
 		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.httpAddr+"/readyz") }
 	default:
