@@ -5,13 +5,9 @@ import (
 	"hash/crc32"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-)
 
-// Sizer is implemented by adaptors that can report their on-disk size; Status
-// reports it as DbSize.
-type Sizer interface {
-	Size() (int64, error)
-}
+	"github.com/engramkv/engram/core/kv"
+)
 
 type maintenanceServer struct {
 	pb.UnimplementedMaintenanceServer
@@ -20,7 +16,7 @@ type maintenanceServer struct {
 
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
 	var size int64
-	if sz, ok := m.s.store.(Sizer); ok {
+	if sz, ok := m.s.store.(kv.Sizer); ok {
 		if n, err := sz.Size(); err == nil {
 			size = n
 		}

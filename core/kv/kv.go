@@ -253,6 +253,13 @@ type Features struct {
 	Durable bool
 }
 
+// Sizer is implemented by adaptors that can report how many bytes their data
+// takes (on disk for durable engines). It is optional: Status reports it as
+// etcd's DbSize, which kube-apiserver exports as its storage size metric.
+type Sizer interface {
+	Size() (int64, error)
+}
+
 // ValidateBatch checks the structural rules of a batch that every adaptor
 // relies on: known kinds, non-empty keys within limits, no key named twice.
 // Adaptors call it at the start of Commit so a bad batch is refused the same

@@ -212,6 +212,20 @@ func (s *Store) Features() kv.Features {
 	return kv.Features{Name: "badger", Durable: true}
 }
 
+// Size reports the bytes the engine holds on disk (LSM tables and value
+// log), badger's own running estimate; Status reports it as DbSize.
+func (s *Store) Size() (int64, error) {
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return 0, kv.ErrClosed
+	}
+	lsm, vlog := s.db.Size()
+	return lsm + vlog, nil
+}
+
+var _ kv.Sizer = (*Store)(nil)
+
 // Stats counts the work of the committer since Open.
 type Stats struct {
 	// Batches is the number of batches applied (conflicting ones excluded).

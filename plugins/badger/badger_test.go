@@ -266,3 +266,15 @@ func TestOpenOptions(t *testing.T) {
 		t.Errorf("Open with both Dir and InMemory succeeded")
 	}
 }
+
+func TestSizeReportsDiskUse(t *testing.T) {
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	if _, err := s.Size(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if _, err := s.Size(); !errors.Is(err, kv.ErrClosed) {
+		t.Fatalf("Size after Close: %v", err)
+	}
+}
