@@ -1,11 +1,15 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,6 +109,11 @@ func TestPostgres(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "not an Engram table") {
 			t.Errorf("Open on pg_class = %v", err)
 		}
+	})
+
+	t.Run("CommitCuts", func(t *testing.T) {
+		tables++
+		postgresCommitCuts(t, p, pg, fmt.Sprintf("t%d", tables))
 	})
 
 	t.Run("Unavailable", func(t *testing.T) {
@@ -312,4 +321,141 @@ func postgresScanConns(t *testing.T, s *Store) {
 		t.Fatalf("long scan after the first ended: %v", err)
 	}
 	_ = it2.Close()
+}
+
+// cutProxy forwards TCP connections to a PostgreSQL server and, once armed,
+// cuts the connection whose client sends a given byte string: either just
+// before forwarding it, or just after (so the server acts on it but its
+// answer never arrives).
+type cutProxy struct {
+	addr   string
+	target string
+	mu     sync.Mutex
+	match  []byte
+	after  bool
+	cuts   int
+}
+
+func startCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{addr: ln.Addr().String(), target: target}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { // server to client
+				defer wg.Done()
+				_, _ = io.Copy(c, s)
+				_ = c.Close()
+			}()
+			go func() { // client to server, watching for the match
+				defer wg.Done()
+				defer s.Close()
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						cut, after := p.check(buf[:n])
+						if cut && !after {
+							return
+						}
+						if _, werr := s.Write(buf[:n]); werr != nil {
+							return
+						}
+						if cut {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+// arm makes the next chunk containing match cut its connection.
+func (p *cutProxy) arm(match string, after bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.match, p.after = []byte(match), after
+}
+
+func (p *cutProxy) check(chunk []byte) (cut, after bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.match == nil || !bytes.Contains(chunk, p.match) {
+		return false, false
+	}
+	p.match = nil
+	p.cuts++
+	return true, p.after
+}
+
+// postgresCommitCuts checks the commit error mapping with a connection cut
+// at the two points that matter: before COMMIT is sent (nothing applied: a
+// certain failure, never UNCERTAIN) and right after (UNCERTAIN: the server
+// may have committed).
+func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string) {
+	ctx := context.Background()
+	px := startCutProxy(t, pg.Addr)
+	url := strings.Replace(pg.URL(""), pg.Addr, px.addr, 1)
+	s, err := p.Open(ctx, StoreOptions{Config: []byte("url=" + url + " table=" + table), AllowedAddresses: []string{px.addr}, PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v0"))}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The pipeline with BEGIN and the writes never reaches the server
+	// (statements are prepared by then, but the new value travels in
+	// every Bind).
+	px.arm("v1-cut-before", false)
+	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-cut-before"))})
+	if err == nil || errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("commit cut before COMMIT: %v, want a certain failure", err)
+	}
+	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v0" {
+		t.Errorf("after a commit cut before COMMIT: %q, %v; want v0", v, err)
+	}
+
+	// COMMIT (a simple-protocol query, text on the wire) reaches the
+	// server; its answer never comes back.
+	px.arm("COMMIT\x00", true)
+	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v2"))})
+	if !errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("commit cut after COMMIT was sent: %v, want UNCERTAIN", err)
+	}
+	v, err := s.Get(ctx, []byte("k"))
+	if err != nil || (string(v) != "v0" && string(v) != "v2") {
+		t.Errorf("after an uncertain commit: %q, %v; want v0 or v2", v, err)
+	}
+	t.Logf("uncertain commit: value afterwards %q (v2: the server committed)", v)
+	if px.cuts != 2 {
+		t.Errorf("proxy cut %d connections, want 2", px.cuts)
+	}
 }

@@ -131,7 +131,12 @@ func (s *store) commitOnce(ctx context.Context, ops []sdk.Op, order []int) error
 		return s.conflict(qctx, c, ops, failed)
 	}
 
-	tag, err := c.Exec(qctx, `COMMIT`)
+	if c.IsClosed() || c.PgConn().TxStatus() != 'T' {
+		// Checked here, not inferred from COMMIT's error: nothing has
+		// been sent yet, so nothing was applied.
+		return fmt.Errorf("%w: connection lost before COMMIT", sdk.ErrUnavailable)
+	}
+	tag, err := simpleExec(qctx, c, `COMMIT`)
 	if err != nil {
 		return classifyCommit(err)
 	}
@@ -190,19 +195,26 @@ func (s *store) rollback(c *pgx.Conn) {
 	if c.IsClosed() || c.PgConn().TxStatus() == 'I' {
 		return
 	}
-	_, _ = c.Exec(context.Background(), `ROLLBACK`)
+	_, _ = simpleExec(context.Background(), c, `ROLLBACK`)
 }
 
-// classifyCommit maps an error of the COMMIT statement itself. The server
-// answering with an error means it did not commit (a retryable one is
-// retried by Commit); an error raised before anything was written to the
-// connection also means nothing happened; anything else (the connection
-// lost, a timeout while waiting for the answer) leaves the outcome
-// unknown.
+// classifyCommit maps an error of the COMMIT statement, once sent. Only a
+// server answer that says the transaction was rolled back is certain: a
+// transaction rollback (40xxx: serialization failure, deadlock; Commit
+// retries those), a deferred constraint violation (23xxx), an invalid
+// transaction state (25xxx). Anything else (the connection lost, a
+// timeout while waiting for the answer, the server shutting down in the
+// middle) leaves the outcome unknown. The driver's own "safe to retry"
+// verdict is not used: pgx reports a connection it found closed while
+// reading COMMIT's answer as safe to retry, although COMMIT was sent and
+// applied (host/postgres_test.go, CommitCuts, caught this).
 func classifyCommit(err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) || pgconn.SafeToRetry(err) {
-		return err
+	if errors.As(err, &pe) && len(pe.Code) == 5 {
+		switch pe.Code[:2] {
+		case "40", "23", "25":
+			return err
+		}
 	}
-	return fmt.Errorf("%w: COMMIT sent but no answer: %v", sdk.ErrUncertain, err)
+	return fmt.Errorf("%w: COMMIT sent, outcome unknown: %v", sdk.ErrUncertain, err)
 }

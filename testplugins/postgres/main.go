@@ -123,10 +123,10 @@ func (s *store) prepareTable(ctx context.Context, c *pgx.Conn) error {
 			_, err = c.Exec(qctx, s.sql.create)
 		}
 		if err != nil {
-			_, _ = c.Exec(qctx, `ROLLBACK`)
+			_, _ = simpleExec(qctx, c, `ROLLBACK`)
 			return fmt.Errorf("creating table %s: %w", s.table, classify(err))
 		}
-		if _, err := c.Exec(qctx, `COMMIT`); err != nil {
+		if _, err := simpleExec(qctx, c, `COMMIT`); err != nil {
 			return fmt.Errorf("creating table %s: %w", s.table, classify(err))
 		}
 	}
@@ -297,6 +297,21 @@ func classify(err error) error {
 	// Anything else from the driver without a server error is the
 	// connection failing: refused, reset, closed.
 	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
+}
+
+// simpleExec runs a transaction-control statement with the simple query
+// protocol: one round trip, never a prepared statement (pgx would prepare
+// it on first use per connection, a round trip more), and the statement
+// text on the wire every time.
+func simpleExec(ctx context.Context, c *pgx.Conn, sql string) (pgconn.CommandTag, error) {
+	res, err := c.PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	if len(res) != 1 {
+		return pgconn.CommandTag{}, fmt.Errorf("%s: %d results", sql, len(res))
+	}
+	return res[0].CommandTag, res[0].Err
 }
 
 // nonNil turns a nil slice into an empty one: pgx sends nil as NULL, and

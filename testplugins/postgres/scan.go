@@ -206,7 +206,7 @@ func (it *iter) finish() {
 	it.conn = nil
 	it.s.pool.releaseScan()
 	if !c.IsClosed() && c.PgConn().TxStatus() != 'I' {
-		_, _ = c.Exec(context.Background(), `COMMIT`)
+		_, _ = simpleExec(context.Background(), c, `COMMIT`)
 	}
 	it.s.pool.put(c)
 }
@@ -222,7 +222,7 @@ func (it *iter) fail() {
 	it.conn = nil
 	it.s.pool.releaseScan()
 	if !c.IsClosed() && c.PgConn().TxStatus() == 'E' {
-		_, _ = c.Exec(context.Background(), `ROLLBACK`)
+		_, _ = simpleExec(context.Background(), c, `ROLLBACK`)
 	}
 	it.s.pool.put(c)
 }
