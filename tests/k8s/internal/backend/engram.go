@@ -20,8 +20,10 @@ const backendName = "engram"
 // BackendEnv selects Engram's storage engine for the suite: empty for the
 // built-in in-memory store, "wasm-memkv" for the memkv.wasm test plugin run
 // by the wasm host (its path in WasmEnv), so the whole suite also checks
-// Engram on a WebAssembly storage plugin, and "tikv" for the TiKV adaptor
-// on a fresh in-process mock TiKV cluster per test (tikv.go).
+// Engram on a WebAssembly storage plugin, "wasm-postgres" for postgres.wasm
+// (its path in WasmEnv) on a throwaway PostgreSQL with a table per test
+// (postgres.go), and "tikv" for the TiKV adaptor on a fresh in-process mock
+// TiKV cluster per test (tikv.go).
 const (
 	BackendEnv = "ENGRAM_K8S_BACKEND"
 	WasmEnv    = "ENGRAM_K8S_WASM"
@@ -49,7 +51,7 @@ func startServer(t testing.TB) string {
 	case "tikv":
 		opts.Store = openTiKVStore(t)
 	default:
-		t.Fatalf("%s=%q: unknown backend (want empty, wasm-memkv or tikv)", BackendEnv, b)
+		t.Fatalf("%s=%q: unknown backend (want empty, wasm-memkv, wasm-postgres or tikv)", BackendEnv, b)
 	}
 	return servertest.Start(t, opts).Endpoint
 }
