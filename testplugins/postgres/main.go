@@ -131,8 +131,12 @@ func (s *store) prepareTable(ctx context.Context, c *pgx.Conn) error {
 		}
 	}
 	if _, err := c.Exec(qctx, s.sql.probe); err != nil {
-		return fmt.Errorf("%w: table %s exists but is not an Engram table (want columns internal_key, value, key_head, key_tail_hash): %v",
-			sdk.ErrInvalid, s.table, err)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column
+			return fmt.Errorf("%w: table %s exists but is not an Engram table (want columns internal_key, value, key_head, key_tail_hash): %v",
+				sdk.ErrInvalid, s.table, err)
+		}
+		return fmt.Errorf("reading table %s: %w", s.table, classify(err))
 	}
 	return nil
 }
