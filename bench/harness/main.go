@@ -277,12 +277,14 @@ func (h *harness) profile(ctx context.Context, srv *server) string {
 		h.log.Warn("profile", "err", err)
 		return ""
 	}
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", h.engramBin, path).CombinedOutput()
+	// Cumulative order shows where the time goes (transport, MVCC, engine,
+	// fsync) rather than which leaf functions are hot.
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=45", h.engramBin, path).CombinedOutput()
 	if err != nil {
 		h.log.Warn("pprof -top", "err", err, "out", string(out))
 		return ""
 	}
-	return fmt.Sprintf("$ go tool pprof -top -nodecount=25 bin/engram %s\n%s", path, out)
+	return fmt.Sprintf("$ go tool pprof -top -cum -nodecount=45 bin/engram %s\n%s", path, out)
 }
 
 // measureRSS loads rssObjects objects into a fresh store and reads its

@@ -124,6 +124,9 @@ func (h *harness) writeReport() error {
 	w("| kernel | %s |\n", m.Kernel)
 	w("| fsync (4 KiB write + fdatasync, data directory's file system) | p50 %s, p99 %s (%d samples) |\n", m.FsyncP50.Round(time.Microsecond), m.FsyncP99.Round(time.Microsecond), m.FsyncCount)
 	w("| load average before / after | %s / %s |\n", m.LoadBefore, m.LoadAfter)
+	if busy(m.LoadBefore, m.CPUs) || busy(m.LoadAfter, m.CPUs) {
+		w("\nOther processes were using the machine during this run (load average above). Stores are interleaved repeat by repeat, so they share the disturbance, but single medians can move by tens of percent; the spread column shows how far the repeats were apart.\n")
+	}
 	w("\n## Versions\n\n| | |\n| --- | --- |\n")
 	for _, k := range []string{"engram", "etcd", "go"} {
 		w("| %s | %s |\n", k, strings.ReplaceAll(h.versions[k], "|", "/"))
@@ -145,8 +148,9 @@ func (h *harness) writeReport() error {
 	w("Throughput is operations per second (list: complete paginated lists of %d keys per second; watch: events delivered per second). ", h.p.dataSet)
 	w("Latency is per operation (update: the get and the transaction; list: all pages; watch: from the start of the write to the receipt of the event). ")
 	w("× etcd and of ceiling compare median throughputs. Failed compares are transactions answered `Succeeded=false` (lost races between clients updating the same key), counted apart from errors.\n\n")
-	w("| workload | store | throughput | p50 ms | p90 ms | p99 ms | max ms | × etcd | of ceiling | failed cmp | errors |\n")
-	w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	w("Spread is the range of the repeats' throughputs relative to their median.\n\n")
+	w("| workload | store | throughput | spread | p50 ms | p90 ms | p99 ms | max ms | × etcd | of ceiling | failed cmp | errors |\n")
+	w("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, wl := range allWorkloads {
 		etcd := median(h.results(storeEtcd, wl), tput)
 		ceil := median(h.results(storeCeiling, wl), tput)
@@ -160,7 +164,7 @@ func (h *harness) writeReport() error {
 			for _, r := range rs {
 				errs += r.Errors
 			}
-			w("| %s | %s | %s %s | %s | %s | %s | %s | %s | %s | %.0f | %d |\n", wl, s, fnum(t), rs[0].Unit,
+			w("| %s | %s | %s %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %d |\n", wl, s, fnum(t), rs[0].Unit, spread(rs, t),
 				fms(median(rs, p50)), fms(median(rs, p90)), fms(median(rs, p99)), fms(median(rs, pmax)),
 				ratio(t, etcd), ratio(t, ceil), median(rs, func(r resultT) float64 { return float64(r.FailedCompares) }), errs)
 		}
@@ -353,4 +357,28 @@ func oneLine(s string, n int) string {
 		s = s[:n] + "…"
 	}
 	return s
+}
+
+// spread is (max-min)/median of the repeats' throughputs, e.g. "±4%" shown
+// as "8%"; "–" with a single repeat.
+func spread(rs []resultT, med float64) string {
+	if len(rs) < 2 || med == 0 {
+		return "–"
+	}
+	lo, hi := rs[0].Throughput, rs[0].Throughput
+	for _, r := range rs {
+		lo, hi = min(lo, r.Throughput), max(hi, r.Throughput)
+	}
+	return fmt.Sprintf("%.0f%%", 100*(hi-lo)/med)
+}
+
+// busy reports whether a /proc/loadavg triple shows more than half the CPUs
+// taken on average over the last minute (before the run, nothing of the
+// run's own is running).
+func busy(load string, cpus int) bool {
+	var one float64
+	if _, err := fmt.Sscanf(load, "%g", &one); err != nil {
+		return false
+	}
+	return one > float64(cpus)/2
 }
