@@ -5,7 +5,6 @@ go 1.26.8
 require (
 	github.com/engramkv/engram/abi v0.0.0
 	github.com/engramkv/engram/sdk v0.0.0
-	github.com/google/btree v1.1.2
 	github.com/jackc/pgx/v5 v5.12.0
 )
 
