@@ -172,7 +172,8 @@ func (s *Store) startInstance(ctx context.Context, index int) (*instance, error)
 	if err != nil {
 		return nil, err
 	}
-	dl := s.deadlineFor(ctx)
+	now := time.Now()
+	dl := s.deadlineAt(ctx, now)
 	flags := uint64(0)
 	if len(s.allowed) > 0 {
 		flags |= abi.HostFlagNet
@@ -185,7 +186,7 @@ func (s *Store) startInstance(ctx context.Context, index int) (*instance, error)
 		MaxResponse: uint32(s.maxResponse),
 	}
 	in.scratch = req.Append(in.scratch[:0])
-	st, body, f := in.roundTrip(ctx, abi.OpInit, in.scratch, dl)
+	st, body, f := in.roundTrip(ctx, abi.OpInit, in.scratch, now, dl)
 	if f != nil {
 		in.discard()
 		return nil, fmt.Errorf("wasm plugin %s: INIT: %s: %w", s.p.name, f.kind, f.err)
@@ -204,6 +205,7 @@ func (s *Store) startInstance(ctx context.Context, index int) (*instance, error)
 		in.discard()
 		return nil, fmt.Errorf("wasm plugin %s: manifest: %w", s.p.name, err)
 	}
+	in.lastCall = monotonic()
 	if s.manifest.Name == "" {
 		s.manifest = m
 	} else if m.Name != s.manifest.Name || m.Model != s.manifest.Model {
@@ -237,10 +239,10 @@ func checkManifest(m *abi.Manifest) error {
 // Manifest returns what the plugin declared at INIT.
 func (s *Store) Manifest() abi.Manifest { return s.manifest }
 
-// deadlineFor is a call's effective deadline: the context's, or
+// deadlineAt is a call's effective deadline: the context's, or
 // CallTimeout from now, whichever is earlier.
-func (s *Store) deadlineFor(ctx context.Context) time.Time {
-	dl := time.Now().Add(s.callTimeout)
+func (s *Store) deadlineAt(ctx context.Context, now time.Time) time.Time {
+	dl := now.Add(s.callTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
 		return d
 	}
@@ -347,7 +349,6 @@ func (s *Store) release(in *instance) {
 		s.updateMemory()
 		return
 	}
-	in.idleAt = time.Now()
 	s.handOff(in)
 	s.checkDrained()
 	s.mu.Unlock()
@@ -403,7 +404,6 @@ func (s *Store) replace(index int) {
 			}
 			s.live++
 			s.met.instances.Set(float64(s.live))
-			in.idleAt = time.Now()
 			s.handOff(in)
 			s.mu.Unlock()
 			s.updateMemory()
@@ -432,12 +432,12 @@ func (s *Store) idleLoop(interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		cutoff := time.Now().Add(-interval)
+		cutoff := monotonic() - int64(interval)
 		s.mu.Lock()
 		var due []*instance
 		kept := s.idle[:0]
 		for _, in := range s.idle {
-			if in.idleAt.Before(cutoff) && len(s.waiters) == 0 && !s.closed {
+			if in.lastCall < cutoff && len(s.waiters) == 0 && !s.closed {
 				due = append(due, in)
 				s.busy++
 				continue
@@ -480,13 +480,15 @@ func (s *Store) updateMemory() {
 // instance is released. A failure discards the instance (at release) and is
 // returned as an *Error.
 func (s *Store) call(ctx context.Context, in *instance, op abi.Op, encode func(b []byte, h abi.Header) []byte) (abi.Status, []byte, error) {
-	dl := s.deadlineFor(ctx)
+	now := time.Now()
+	dl := s.deadlineAt(ctx, now)
 	in.scratch = encode(in.scratch[:0], abi.Header{Deadline: dl.UnixNano()})
-	start := time.Now()
-	st, body, f := in.roundTrip(ctx, op, in.scratch, dl)
+	st, body, f := in.roundTrip(ctx, op, in.scratch, now, dl)
+	took := time.Since(now)
+	in.lastCall = int64(now.Sub(clockBase) + took)
 	om := &s.met.ops[op]
 	om.calls.Inc()
-	om.latency.Observe(time.Since(start).Seconds())
+	om.latency.Observe(took.Seconds())
 	if f != nil {
 		s.instanceFailed(in, op, f.kind, f.err)
 		return 0, nil, &Error{Plugin: s.manifest.Name, Op: op, Kind: f.kind, Err: f.err, Uncertain: op == abi.OpCommit && f.delivered}
