@@ -14,6 +14,7 @@ import (
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/engramkv/engram/abi"
@@ -107,7 +108,8 @@ func (p *Plugin) newInstance(ctx context.Context, s *Store, index int) (_ *insta
 		WithNanotime(in.nanotime, sys.ClockResolution(1)).
 		WithNanosleep(in.nanosleep).
 		WithStartFunctions()
-	in.cur = &callCtx{Context: ctx, in: in}
+	// The allocator is read from the context of instantiation.
+	in.cur = &callCtx{Context: experimental.WithMemoryAllocator(ctx, mmapAllocator{}), in: in}
 	in.callerCtx = ctx
 	mod, err := p.rt.InstantiateModule(in.cur, p.compiled, cfg)
 	if err != nil {
@@ -175,7 +177,9 @@ type failure struct {
 
 // roundTrip sends one request and returns the response's status and body,
 // which alias guest memory and stay valid until the next call into this
-// instance. On a failure the instance is marked dead.
+// instance, and never past its discard (its memory is unmapped then: copy
+// or format what is kept before releasing the instance). On a failure the
+// instance is marked dead.
 //
 // now is the caller's reading of the clock at the start of the call: one
 // clock read serves the deadline, the abort point and the latency metric

@@ -192,9 +192,12 @@ func (s *Store) startInstance(ctx context.Context, index int) (*instance, error)
 		return nil, fmt.Errorf("wasm plugin %s: INIT: %s: %w", s.p.name, f.kind, f.err)
 	}
 	if st != abi.StatusOK {
+		// Format before discarding: msg aliases guest memory, which is
+		// unmapped with the instance.
 		msg, _ := abi.DecodeMessage(body)
+		err := fmt.Errorf("wasm plugin %s refused its configuration: INIT answered %v: %s", s.p.name, st, msg)
 		in.discard()
-		return nil, fmt.Errorf("wasm plugin %s refused its configuration: INIT answered %v: %s", s.p.name, st, msg)
+		return nil, err
 	}
 	var m abi.Manifest
 	if err := m.Decode(body); err != nil {
