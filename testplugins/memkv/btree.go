@@ -39,9 +39,19 @@ type node struct {
 // compareKeys is bytes.Compare, eight bytes at a time. wasm has no vector
 // compare, and Go's wasm bytealg loops over single bytes in globals.
 func compareKeys(a, b []byte) int {
+	c, _ := compareFrom(a, b, 0)
+	return c
+}
+
+// compareFrom compares a and b, whose first from bytes are known to be
+// equal, and also returns the length of their common prefix. Keys in one
+// part of the tree share long prefixes (Kubernetes keys: 60 bytes and
+// more), so a search that skips what it already knows is equal compares a
+// word or two per probe instead of the whole prefix.
+func compareFrom(a, b []byte, from int) (int, int) {
 	n := min(len(a), len(b))
 	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
-	i := 0
+	i := from
 	for ; i+8 <= n; i += 8 {
 		if *(*uint64)(unsafe.Add(pa, i)) != *(*uint64)(unsafe.Add(pb, i)) {
 			// The first differing byte is in this word; finding it byte by
@@ -53,18 +63,18 @@ func compareKeys(a, b []byte) int {
 		x, y := *(*byte)(unsafe.Add(pa, i)), *(*byte)(unsafe.Add(pb, i))
 		if x != y {
 			if x < y {
-				return -1
+				return -1, i
 			}
-			return 1
+			return 1, i
 		}
 	}
 	switch {
 	case len(a) < len(b):
-		return -1
+		return -1, n
 	case len(a) > len(b):
-		return 1
+		return 1, n
 	}
-	return 0
+	return 0, n
 }
 
 // equalKeys is bytes.Equal, eight bytes at a time.
@@ -87,36 +97,44 @@ func equalKeys(a, b []byte) bool {
 	return true
 }
 
-// search returns the index of the first item whose key is >= key, and
-// whether that item's key equals key.
-func search(items []item, key []byte) (int, bool) {
+// search returns the index of the first item whose key is >= key, whether
+// that item's key equals key, and how many leading bytes key shares with
+// every key in the child at that index. skip is the number of leading bytes
+// key is known to share with every key of items (0 at the root).
+//
+// It is a binary search that remembers the common prefix of key with the
+// range's lower and upper bounds: every key between the bounds shares at
+// least the shorter of the two with key, so a probe compares from there.
+func search(items []item, key []byte, skip int) (int, bool, int) {
 	lo, hi := 0, len(items)
+	lcpLo, lcpHi := skip, skip
 	for lo < hi {
 		h := int(uint(lo+hi) >> 1)
-		c := compareKeys(items[h].key, key)
+		c, l := compareFrom(items[h].key, key, min(lcpLo, lcpHi))
 		if c == 0 {
-			return h, true
+			return h, true, l
 		}
 		if c < 0 {
-			lo = h + 1
+			lo, lcpLo = h+1, l
 		} else {
-			hi = h
+			hi, lcpHi = h, l
 		}
 	}
-	return lo, false
+	return lo, false, min(lcpLo, lcpHi)
 }
 
 // lookup finds key in the tree rooted at n.
 func lookup(n *node, key []byte) ([]byte, bool) {
+	skip := 0
 	for n != nil {
-		i, found := search(n.items, key)
+		i, found, lcp := search(n.items, key, skip)
 		if found {
 			return n.items[i].value, true
 		}
 		if n.children == nil {
 			break
 		}
-		n = n.children[i]
+		n, skip = n.children[i], lcp
 	}
 	return nil, false
 }
@@ -223,9 +241,9 @@ func (t *tree) set(it item) {
 	}
 	// Descend, splitting full children before entering them so that a
 	// leaf always has room and no split ever has to walk back up.
-	n := t.root
+	n, skip := t.root, 0
 	for {
-		i, found := search(n.items, it.key)
+		i, found, lcp := search(n.items, it.key, skip)
 		if found {
 			n.items[i] = it
 			return
@@ -234,6 +252,7 @@ func (t *tree) set(it item) {
 			n.items = insertItem(n.items, i, it)
 			return
 		}
+		skip = lcp
 		if len(n.children[i].items) >= maxItems {
 			mid, right := n.mutableChild(i, t.gen).split(maxItems/2, t.gen)
 			n.items = insertItem(n.items, i, mid)
@@ -245,6 +264,8 @@ func (t *tree) set(it item) {
 			case c > 0:
 				i++
 			}
+			// The child's bounds changed: compare from the start.
+			skip = 0
 		}
 		n = n.mutableChild(i, t.gen)
 	}
@@ -281,7 +302,7 @@ func (n *node) remove(key []byte, max bool, gen uint64) (item, bool) {
 		}
 		i = len(n.items)
 	} else {
-		i, found = search(n.items, key)
+		i, found, _ = search(n.items, key, 0)
 		if n.children == nil {
 			if !found {
 				return item{}, false
@@ -367,13 +388,14 @@ type cursor struct {
 // seekGE positions a forward cursor before the first key >= start.
 func (c *cursor) seekGE(root *node, start []byte) {
 	c.stack = c.stack[:0]
+	skip := 0
 	for n := root; n != nil; {
-		i, found := search(n.items, start)
+		i, found, lcp := search(n.items, start, skip)
 		c.stack = append(c.stack, frame{n, i})
 		if found || n.children == nil {
 			return
 		}
-		n = n.children[i]
+		n, skip = n.children[i], lcp
 	}
 }
 
@@ -381,10 +403,11 @@ func (c *cursor) seekGE(root *node, start []byte) {
 // means after the last key.
 func (c *cursor) seekLT(root *node, end []byte) {
 	c.stack = c.stack[:0]
+	skip := 0
 	for n := root; n != nil; {
 		i := len(n.items)
 		if len(end) > 0 {
-			i, _ = search(n.items, end)
+			i, _, skip = search(n.items, end, skip)
 		}
 		c.stack = append(c.stack, frame{n, i})
 		if n.children == nil {

@@ -90,6 +90,9 @@ func TestTreeAgainstModel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(42, 1))
 	m := map[string]string{}
 	var tr tree
+	// Keys with long shared prefixes, prefixes of one another, and none:
+	// the searches skip the bytes they know are shared.
+	prefixes := []string{"", "/registry/pods/namespace-default/pod-with-a-long-name-", "/registry/pods/namespace-default/pod-with-a-long-name-0", "/registry/pods/namespace-default/", "/registry/pods/namespace-defaul"}
 	type version struct {
 		root *node
 		m    map[string]string
@@ -100,7 +103,7 @@ func TestTreeAgainstModel(t *testing.T) {
 		// several levels and then shrinks through every rebalancing path.
 		ops := 1 + rng.IntN(60)
 		for range ops {
-			k := fmt.Sprintf("%04d", rng.IntN(3000))
+			k := fmt.Sprintf("%s%04d", prefixes[rng.IntN(len(prefixes))], rng.IntN(3000))
 			if rng.IntN(400) < round {
 				tr.remove([]byte(k))
 				delete(m, k)
@@ -124,7 +127,9 @@ func TestTreeAgainstModel(t *testing.T) {
 	versions = append(versions, version{tr.snapshot(), m})
 	for i, v := range versions {
 		for _, rev := range []bool{false, true} {
-			for _, from := range [][]byte{nil, []byte("1500"), []byte("15005"), []byte("0000"), []byte("9")} {
+			for _, from := range [][]byte{nil, []byte("1500"), []byte("15005"), []byte("0000"), []byte("9"),
+				[]byte("/registry/pods/namespace-default/pod-with-a-long-name-1500"), []byte("/registry/pods/namespace-default/pod-with-a-long-name-0"),
+				[]byte("/registry/pods/namespace-default/pod"), []byte("/registry/pods/namespace-default/zzz"), []byte("/registry/pods/namespace-defaul2")} {
 				got, want := dump(v.root, rev, from), modelDump(v.m, rev, from)
 				if fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("version %d reverse=%v from=%q: got %d items, want %d", i, rev, from, len(got), len(want))
@@ -143,7 +148,8 @@ func TestTreeAgainstModel(t *testing.T) {
 }
 
 // TestCompareKeys checks the word-at-a-time comparisons against the bytes
-// package on keys that differ at every position and in length.
+// package on keys that differ at every position and in length, and the
+// common prefix compareFrom reports when told where to start.
 func TestCompareKeys(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	base := []byte("/registry/pods/default/pod-0500-with-a-longer-tail")
@@ -160,6 +166,14 @@ func TestCompareKeys(t *testing.T) {
 				}
 				if got, want := equalKeys(a, b), bytes.Equal(a, b); got != want {
 					t.Fatalf("equalKeys(%q, %q) = %v, want %v", a, b, got, want)
+				}
+				lcp := 0
+				for lcp < min(len(a), len(b)) && a[lcp] == b[lcp] {
+					lcp++
+				}
+				from := rng.IntN(lcp + 1)
+				if c, l := compareFrom(a, b, from); c != bytes.Compare(a, b) || l != lcp {
+					t.Fatalf("compareFrom(%q, %q, %d) = %d, %d; want %d, %d", a, b, from, c, l, bytes.Compare(a, b), lcp)
 				}
 			}
 		}
