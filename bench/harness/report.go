@@ -124,7 +124,9 @@ func (h *harness) writeReport() error {
 	w("| kernel | %s |\n", m.Kernel)
 	w("| fsync (4 KiB write + fdatasync, data directory's file system) | p50 %s, p99 %s (%d samples) |\n", m.FsyncP50.Round(time.Microsecond), m.FsyncP99.Round(time.Microsecond), m.FsyncCount)
 	w("| load average before / after | %s / %s |\n", m.LoadBefore, m.LoadAfter)
-	if busy(m.LoadBefore, m.CPUs) || busy(m.LoadAfter, m.CPUs) {
+	// Only the figure from before the run says something about others: the
+	// one after includes the run itself.
+	if busy(m.LoadBefore, m.CPUs) {
 		w("\nOther processes were using the machine during this run (load average above). Stores are interleaved repeat by repeat, so they share the disturbance, but single medians can move by tens of percent; the spread column shows how far the repeats were apart.\n")
 	}
 	w("\n## Versions\n\n| | |\n| --- | --- |\n")
