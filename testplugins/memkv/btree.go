@@ -99,7 +99,7 @@ func equalKeys(a, b []byte) bool {
 
 // search returns the index of the first item whose key is >= key, whether
 // that item's key equals key, and how many leading bytes key shares with
-// every key in the child at that index. skip is the number of leading bytes
+// every key in the child at that index (the child before that item). skip is the number of leading bytes
 // key is known to share with every key of items (0 at the root).
 //
 // It is a binary search that remembers the common prefix of key with the
@@ -112,7 +112,8 @@ func search(items []item, key []byte, skip int) (int, bool, int) {
 		h := int(uint(lo+hi) >> 1)
 		c, l := compareFrom(items[h].key, key, min(lcpLo, lcpHi))
 		if c == 0 {
-			return h, true, l
+			// The child at h lies between the lower bound and this item.
+			return h, true, min(lcpLo, l)
 		}
 		if c < 0 {
 			lo, lcpLo = h+1, l
