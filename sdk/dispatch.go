@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"net"
 	"os"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -374,25 +375,32 @@ func (d *dispatcher) fill(ctx context.Context, sc *scan, want int) (int, bool, e
 			exhausted = true
 			break
 		}
+		// Size the pairs that fit, grow the response once, then encode
+		// them: per pair, appends cost a capacity check and a call each,
+		// which in wasm is most of the encoding.
+		fit, size := 0, 0
 		for i := range batch {
-			p := &batch[i]
-			n := abi.BytesLen(len(p.Key)) + abi.BytesLen(len(p.Value))
-			if count < want && n <= budget {
-				budget -= n
-				d.resp = abi.AppendBytes(abi.AppendBytes(d.resp, p.Key), p.Value)
-				count++
-				continue
+			n := abi.BytesLen(len(batch[i].Key)) + abi.BytesLen(len(batch[i].Value))
+			if count+fit >= want || n > budget-size {
+				break
 			}
+			size += n
+			fit++
+		}
+		d.resp = appendPairs(d.resp, batch[:fit], size)
+		budget -= size
+		count += fit
+		if fit < len(batch) {
 			if count == 0 {
+				p := &batch[0]
 				return 0, false, fmt.Errorf("a pair of %d bytes does not fit in the host's %d-byte response limit", len(p.Key)+len(p.Value), d.maxResp)
 			}
 			// Keep what did not fit for the next batch; the iterator
 			// may reuse its slices, so copy.
-			for _, q := range batch[i:] {
+			for _, q := range batch[fit:] {
 				sc.pending = append(sc.pending, Pair{Key: bytes.Clone(q.Key), Value: bytes.Clone(q.Value)})
 			}
 			full = true
-			break
 		}
 	}
 	if sc.remaining >= 0 {
@@ -405,6 +413,31 @@ func (d *dispatcher) fill(ctx context.Context, sc *scan, want int) (int, bool, e
 		more = true
 	}
 	return count, more, nil
+}
+
+// appendPairs appends pairs encoded as in a batch (key and value, each a
+// uvarint length and the bytes); size is their encoded size.
+func appendPairs(b []byte, pairs []Pair, size int) []byte {
+	off := len(b)
+	b = slices.Grow(b, size)[:off+size]
+	for i := range pairs {
+		off = putBytes(b, off, pairs[i].Key)
+		off = putBytes(b, off, pairs[i].Value)
+	}
+	return b
+}
+
+// putBytes writes p with its uvarint length at b[off:], which has room,
+// and returns the offset after it.
+func putBytes(b []byte, off int, p []byte) int {
+	v := uint64(len(p))
+	for v >= 0x80 {
+		b[off] = byte(v) | 0x80
+		v >>= 7
+		off++
+	}
+	b[off] = byte(v)
+	return off + 1 + copy(b[off+1:], p)
 }
 
 func (d *dispatcher) scanClose(req []byte) []byte {
