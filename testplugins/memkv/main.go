@@ -152,6 +152,23 @@ type iter struct {
 func (it *iter) Next(_ context.Context, max int) ([]sdk.Pair, error) {
 	buf := it.s.pairs[:0]
 	for !it.done && len(buf) < max {
+		if run := it.cur.leafRun(); len(run) > 0 {
+			// A run of a leaf: one bound check, on its last item.
+			run = run[:min(len(run), max-len(buf))]
+			end := len(it.end) > 0 && compareKeys(run[len(run)-1].key, it.end) >= 0
+			if end {
+				n, _, _ := search(run, it.end, 0)
+				run = run[:n]
+			}
+			for i := range run {
+				buf = append(buf, sdk.Pair{Key: run[i].key, Value: run[i].value})
+			}
+			it.cur.skip(len(run))
+			if end {
+				it.Close()
+			}
+			continue
+		}
 		x, ok := it.cur.next()
 		if ok && it.reverse {
 			ok = compareKeys(x.key, it.start) >= 0
