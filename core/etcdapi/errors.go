@@ -40,6 +40,8 @@ func toGRPC(err error) error {
 		return rpctypes.ErrGRPCLeaseExist
 	case errors.Is(err, mvcc.ErrKeyNotFound):
 		return rpctypes.ErrGRPCKeyNotFound
+	case errors.Is(err, mvcc.ErrTooLarge):
+		return status.Error(codes.InvalidArgument, fmt.Sprintf("engram: %v; split it (e.g. delete a large prefix in smaller ranges)", err))
 	case errors.Is(err, mvcc.ErrNotLeader):
 		return rpctypes.ErrGRPCLeaderChanged
 	case errors.Is(err, mvcc.ErrClosed):

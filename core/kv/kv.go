@@ -81,6 +81,10 @@ var (
 	ErrUncertain = errors.New("kv: commit result uncertain")
 	// ErrClosed is returned by every call after Close.
 	ErrClosed = errors.New("kv: store closed")
+	// ErrBatchTooLarge is returned by Commit for a batch larger than the
+	// engine can apply atomically. Nothing was written. Adaptors wrap it
+	// with the engine's limit.
+	ErrBatchTooLarge = errors.New("kv: batch too large for one atomic commit")
 	// ErrUnsupported is returned for an optional capability the adaptor does
 	// not declare in its Features.
 	ErrUnsupported = errors.New("kv: operation not supported by this adaptor")

@@ -75,6 +75,9 @@ var (
 	ErrStoreConflict = errors.New("mvcc: store modified by another writer")
 	// ErrUnavailable wraps storage failures; the write was not applied.
 	ErrUnavailable = errors.New("mvcc: storage unavailable")
+	// ErrTooLarge means one write transaction touches more than the storage
+	// engine can apply atomically. Nothing was written.
+	ErrTooLarge = errors.New("mvcc: transaction too large for one atomic commit of the storage engine")
 	// ErrNotLeader means this node may not write: it is a follower, or it
 	// lost the leadership. The write was not applied.
 	ErrNotLeader = errors.New("mvcc: not the leader")

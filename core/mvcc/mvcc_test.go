@@ -278,3 +278,55 @@ func TestPaginatedCountsStayExact(t *testing.T) {
 		t.Fatalf("current list returned %d keys, want %d", total, live)
 	}
 }
+
+// smallBatches refuses batches of more than max ops, as an engine with a
+// transaction size limit does.
+type smallBatches struct {
+	kv.Store
+	max int
+}
+
+func (s smallBatches) Commit(ctx context.Context, ops []kv.Op) error {
+	if len(ops) > s.max {
+		return fmt.Errorf("test engine: %d ops: %w", len(ops), kv.ErrBatchTooLarge)
+	}
+	return s.Store.Commit(ctx, ops)
+}
+
+// TestTooLargeTransactionFailsAlone: a delete of more keys than the engine
+// can apply atomically fails with ErrTooLarge and writes nothing, and the
+// writes that shared its commit group still succeed.
+func TestTooLargeTransactionFailsAlone(t *testing.T) {
+	b := open(t, smallBatches{Store: memkv.New(), max: 50})
+	for i := range 40 {
+		put(t, b, fmt.Sprintf("/big/%02d", i), "v")
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte(fmt.Sprintf("/small/%d", i)), Value: []byte("v")})
+			errs <- err
+		}()
+	}
+	_, delErr := b.DeleteRange(context.Background(), &pb.DeleteRangeRequest{Key: []byte("/big/"), RangeEnd: []byte("/big0")})
+	wg.Wait()
+	close(errs)
+	if !errors.Is(delErr, ErrTooLarge) {
+		t.Fatalf("oversized delete: %v, want ErrTooLarge", delErr)
+	}
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a small write sharing the group failed: %v", err)
+		}
+	}
+	r, err := b.Range(context.Background(), &pb.RangeRequest{Key: []byte("/big/"), RangeEnd: []byte("/big0"), CountOnly: true})
+	if err != nil || r.Count != 40 {
+		t.Fatalf("after the refused delete: count %d, %v", r.Count, err)
+	}
+	if b.Rev() != 1+40+20 {
+		t.Fatalf("revision %d, want %d (dense, the refused delete took none)", b.Rev(), 1+40+20)
+	}
+}

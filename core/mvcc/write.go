@@ -219,6 +219,14 @@ func (b *Backend) runGroup(reqs []*request) {
 		results[i].rev = g.rev
 	}
 	if err := b.commitGroup(g); err != nil {
+		if errors.Is(err, ErrTooLarge) && len(reqs) > 1 {
+			// Nothing was written. Commit each request on its own, so
+			// only the one that is too large fails.
+			for _, r := range reqs {
+				b.runGroup([]*request{r})
+			}
+			return
+		}
 		for i, r := range reqs {
 			if live[i] {
 				results[i] = result{err: err}
@@ -297,6 +305,9 @@ func (b *Backend) commitGroup(g *group) error {
 		if c, ok := kv.AsConflict(err); ok {
 			b.log.Error("store changed underneath the writer; write rejected", "key", fmt.Sprintf("%q", c.Key))
 			return fmt.Errorf("%w: %w", ErrStoreConflict, err)
+		}
+		if errors.Is(err, kv.ErrBatchTooLarge) {
+			return fmt.Errorf("%w (%d keys written in one revision): %w", ErrTooLarge, len(g.keys), err)
 		}
 		return storageErr("commit", err)
 	}

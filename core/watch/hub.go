@@ -13,7 +13,9 @@
 // uncompacted revision works after a restart, when the tail is empty.
 //
 // Invariants:
-//   - The tail holds every event with revision in [tailStart, head].
+//   - The tail holds every event with revision in [tailStart, head], at
+//     least TailEvents of them once that many were written, and at most
+//     twice that.
 //   - A watcher's cursor only moves forward; everything below it that matches
 //     the watcher was handed to its sink, in revision order.
 //   - A progress notification with revision R is sent only when every event
@@ -87,7 +89,7 @@ type Hub struct {
 // NewHub returns a Hub whose head is the source's current revision.
 func NewHub(src Source, opts Options) *Hub {
 	if opts.TailEvents <= 0 {
-		opts.TailEvents = 64 << 10
+		opts.TailEvents = 16 << 10
 	}
 	if opts.BatchEvents <= 0 {
 		opts.BatchEvents = 1000
@@ -108,7 +110,10 @@ func NewHub(src Source, opts Options) *Hub {
 func (h *Hub) Notify(head int64, events []*mvccpb.Event) {
 	h.mu.Lock()
 	h.tail = append(h.tail, events...)
-	if over := len(h.tail) - h.opts.TailEvents; over > 0 {
+	// Trim only once the tail holds twice its bound, back down to the
+	// bound: each trim copies the tail, so trimming on every Notify would
+	// cost O(tail) per write; this way it is O(1) amortized.
+	if over := len(h.tail) - h.opts.TailEvents; over > h.opts.TailEvents {
 		// Drop whole revisions from the front.
 		cut := over
 		for cut < len(h.tail) && h.tail[cut].Kv.ModRevision == h.tail[cut-1].Kv.ModRevision {

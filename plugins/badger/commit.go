@@ -52,8 +52,8 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		req.count++
 	}
 	if req.size >= s.maxTxnSize || req.count >= s.maxTxnCount {
-		return fmt.Errorf("badger: commit refused: batch of %d ops, ~%d bytes exceeds the engine's transaction limit (%d ops, %d bytes): %w",
-			req.count, req.size, s.maxTxnCount, s.maxTxnSize, badgerdb.ErrTxnTooBig)
+		return fmt.Errorf("badger: commit refused: batch of %d ops, ~%d bytes exceeds the engine's transaction limit (%d ops, %d bytes): %w: %w",
+			req.count, req.size, s.maxTxnCount, s.maxTxnSize, kv.ErrBatchTooLarge, badgerdb.ErrTxnTooBig)
 	}
 
 	s.gate.RLock()
