@@ -14,10 +14,15 @@ import "unsafe"
 //
 // Every node records the generation that created it. A commit mutates in
 // place the nodes of the current generation and copies every other node it
-// touches into the current generation. Taking a snapshot (a scan) ends the
-// generation, so every node reachable from that root is never mutated
-// again; between snapshots, commits mutate in place and allocate nothing
-// but the items they store.
+// touches into the current generation. A reader (a scan) that is still open
+// when the tree is next changed ends the generation first, so every node it
+// can reach is never mutated again. Most scans end within the call that
+// opened them (no commit can run in between in a single-threaded
+// instance): they freeze nothing, and commits keep mutating in place and
+// allocate nothing but the items they store. Freezing on every scan made
+// the next commit copy its whole path, node by node (perf of the update
+// workload: node copies were most of the guest's allocation and page
+// faults).
 
 const (
 	degree   = 16
@@ -211,22 +216,47 @@ func removeChild(s []*node, i int) []*node {
 	return s[:len(s)-1]
 }
 
-// tree is the live version: its root and the generation whose nodes
-// commits may mutate.
+// tree is the live version: its root, the generation whose nodes changes
+// may mutate, and the readers of that generation still open.
 type tree struct {
-	root *node
-	gen  uint64
+	root    *node
+	gen     uint64
+	readers int
+}
+
+// read returns the current root for a reader, which must call release when
+// done; until then no change mutates a node the reader can reach.
+func (t *tree) read() (*node, uint64) {
+	t.readers++
+	return t.root, t.gen
+}
+
+// release ends a reader of generation gen.
+func (t *tree) release(gen uint64) {
+	if gen == t.gen && t.readers > 0 {
+		t.readers--
+	}
 }
 
 // snapshot returns the current root, frozen: later changes copy the nodes
 // they touch instead of mutating them.
 func (t *tree) snapshot() *node {
 	t.gen++
+	t.readers = 0
 	return t.root
+}
+
+// write is called before every change: if readers of the current
+// generation are open, it ends the generation so they keep their version.
+func (t *tree) write() {
+	if t.readers > 0 {
+		t.snapshot()
+	}
 }
 
 // set inserts or replaces it.
 func (t *tree) set(it item) {
+	t.write()
 	if t.root == nil {
 		t.root = newNode(t.gen, true)
 		t.root.items = append(t.root.items, it)
@@ -277,6 +307,7 @@ func (t *tree) remove(key []byte) {
 	if t.root == nil {
 		return
 	}
+	t.write()
 	t.root = t.root.mutable(t.gen)
 	t.root.remove(key, false, t.gen)
 	if len(t.root.items) == 0 {

@@ -117,12 +117,27 @@ func TestTreeAgainstModel(t *testing.T) {
 		if n := checkTree(t, tr.root); n != len(m) {
 			t.Fatalf("round %d: tree holds %d keys, model %d", round, n, len(m))
 		}
-		if rng.IntN(10) == 0 {
+		switch rng.IntN(10) {
+		case 0:
+			// A version kept to the end: frozen at once, or left to the
+			// next change to freeze (a reader that stays open).
 			cp := make(map[string]string, len(m))
 			for k, v := range m {
 				cp[k] = v
 			}
-			versions = append(versions, version{tr.snapshot(), cp})
+			root := tr.snapshot()
+			if rng.IntN(2) == 0 {
+				root, _ = tr.read()
+			}
+			versions = append(versions, version{root, cp})
+		case 1, 2:
+			// A reader released before the next change: it freezes
+			// nothing, and the changes that follow mutate in place.
+			root, gen := tr.read()
+			if got, want := dump(root, false, nil), modelDump(m, false, nil); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("round %d: a reader sees %d items, want %d", round, len(got), len(want))
+			}
+			tr.release(gen)
 		}
 	}
 	versions = append(versions, version{tr.snapshot(), m})
@@ -293,5 +308,32 @@ func TestScanRanges(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("scan [%q, %q) reverse=%v: %d keys, want %d", start, end, reverse, len(got), len(want))
 		}
+	}
+}
+
+// TestReadersFreezeLazily: a reader released before the next change
+// freezes nothing (the change mutates in place, as the common one-call scan
+// must cost no copying), and one still open keeps its version.
+func TestReadersFreezeLazily(t *testing.T) {
+	var tr tree
+	for i := range 1000 {
+		tr.set(item{key: fmt.Appendf(nil, "k%04d", i), value: []byte("a")})
+	}
+	root, gen := tr.read()
+	tr.release(gen)
+	tr.set(item{key: []byte("k0500"), value: []byte("b")})
+	if tr.gen != gen || tr.root != root {
+		t.Fatalf("a change after a released reader copied the tree (generation %d -> %d)", gen, tr.gen)
+	}
+	root, gen = tr.read()
+	tr.set(item{key: []byte("k0500"), value: []byte("c")})
+	if tr.gen == gen || tr.root == root {
+		t.Fatal("a change with a reader open mutated its version")
+	}
+	if v, _ := lookup(root, []byte("k0500")); string(v) != "b" {
+		t.Fatalf("the open reader sees %q, want b", v)
+	}
+	if v, _ := lookup(tr.root, []byte("k0500")); string(v) != "c" {
+		t.Fatalf("the tree holds %q, want c", v)
 	}
 }

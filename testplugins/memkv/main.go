@@ -100,7 +100,8 @@ func (s *store) Scan(_ context.Context, opts sdk.ScanOptions) (sdk.Iterator, err
 	copy(bounds, opts.Start)
 	copy(bounds[ls:], opts.End)
 	it.start, it.end = bounds[:ls:ls], bounds[ls:]
-	root := s.t.snapshot()
+	root, gen := s.t.read()
+	it.gen, it.open = gen, true
 	if opts.Reverse {
 		it.cur.seekLT(root, it.end)
 	} else {
@@ -139,9 +140,11 @@ func (s *store) Close(context.Context) error {
 	return nil
 }
 
-// iter walks a snapshot with a cursor.
+// iter walks a version of the tree with a cursor.
 type iter struct {
 	s          *store
+	gen        uint64 // the tree generation it reads
+	open       bool   // not released yet
 	cur        cursor
 	path       [8]frame
 	start, end []byte
@@ -189,5 +192,9 @@ func (it *iter) Next(_ context.Context, max int) ([]sdk.Pair, error) {
 func (it *iter) Close() error {
 	it.done = true
 	it.cur.stack = nil
+	if it.open {
+		it.open = false
+		it.s.t.release(it.gen)
+	}
 	return nil
 }
