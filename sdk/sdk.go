@@ -29,8 +29,11 @@
 // a time, and the Go runtime inside only runs while a call is in progress.
 // Between calls nothing runs: goroutines, timers and tickers a driver starts
 // (keep-alives, pool reapers, context watchers) are frozen until the next
-// call. Do all work inside the Store methods; do not start background
-// goroutines that must make progress on their own.
+// call, and during a call they run only when it blocks, at the end of every
+// few dozen calls (when the SDK yields, so that the garbage collector's
+// background work can finish) and at IDLE. Do all work inside the Store
+// methods; do not start background goroutines that must make progress on
+// their own.
 //
 // Deadlines come from the host. Every request carries the caller's deadline
 // (the ctx passed to each method has it), and the host applies it to every
