@@ -21,7 +21,8 @@ import (
 func main() { sdk.Serve(&store{}) }
 
 type store struct {
-	t tree
+	t   tree
+	idx index // the latest value of every key, for Get and conditions
 	// pairs is the batch buffer every iterator returns: the SDK copies
 	// a batch into its response before the next call, and an iterator
 	// allocating its own (1024 pairs: 48 KiB) per scan made the guest
@@ -33,12 +34,12 @@ func (s *store) Init(_ context.Context, config []byte, _ sdk.HostInfo) (sdk.Mani
 	if len(bytes.TrimSpace(config)) != 0 {
 		return sdk.Manifest{}, fmt.Errorf("%w: memkv takes no configuration, got %q", sdk.ErrInvalid, config)
 	}
-	s.t = tree{}
+	s.t, s.idx = tree{}, index{}
 	return sdk.Manifest{Name: "memkv-wasm", Version: "1.1.0", Model: sdk.ModelSingle}, nil
 }
 
 func (s *store) Get(_ context.Context, key []byte) ([]byte, error) {
-	v, ok := lookup(s.t.root, key)
+	v, ok := s.idx.get(key)
 	if !ok {
 		return nil, sdk.ErrNotFound
 	}
@@ -52,7 +53,7 @@ func (s *store) Commit(_ context.Context, ops []sdk.Op) error {
 		if op.Kind == sdk.OpPut || op.Kind == sdk.OpDelete {
 			continue
 		}
-		cur, exists := lookup(s.t.root, op.Key)
+		cur, exists := s.idx.get(op.Key)
 		var ok bool
 		switch op.Kind {
 		case sdk.OpPutIfAbsent:
@@ -75,14 +76,18 @@ func (s *store) Commit(_ context.Context, ops []sdk.Op) error {
 			buf := make([]byte, kl+len(op.Value))
 			copy(buf, op.Key)
 			copy(buf[kl:], op.Value)
-			s.t.set(item{key: buf[:kl:kl], value: buf[kl:]})
+			it := item{key: buf[:kl:kl], value: buf[kl:]}
+			s.t.set(it)
+			s.idx.set(it)
 		case sdk.OpDelete:
 			// Deleting an absent key would still copy the path; skip it.
-			if _, ok := lookup(s.t.root, op.Key); ok {
+			if _, ok := s.idx.get(op.Key); ok {
 				s.t.remove(op.Key)
+				s.idx.remove(op.Key)
 			}
 		case sdk.OpCompareAndDelete:
 			s.t.remove(op.Key)
+			s.idx.remove(op.Key)
 		}
 	}
 	return nil
@@ -136,7 +141,7 @@ func (s *store) Partitions(_ context.Context, start, end []byte, max int) ([]sdk
 }
 
 func (s *store) Close(context.Context) error {
-	s.t = tree{}
+	s.t, s.idx = tree{}, index{}
 	return nil
 }
 

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/engramkv/engram/sdk"
+)
+
+// TestIndexAgainstModel sets and removes random keys (a small key space, so
+// the table fills, grows, and removals shift probe runs that wrap around
+// its end) and checks every key against a map after every change.
+func TestIndexAgainstModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	var x index
+	m := map[string]string{}
+	keys := make([]string, 500)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("/registry/pods/ns/p%d", i)
+	}
+	for round := range 20000 {
+		k := keys[rng.IntN(len(keys))]
+		if rng.IntN(3) == 0 {
+			x.remove([]byte(k))
+			delete(m, k)
+		} else {
+			v := fmt.Sprint(round)
+			if rng.IntN(10) == 0 {
+				v = ""
+			}
+			buf := []byte(k + v)
+			x.set(item{key: buf[:len(k):len(k)], value: buf[len(k):]})
+			m[k] = v
+		}
+		if x.count != len(m) {
+			t.Fatalf("round %d: index holds %d keys, model %d", round, x.count, len(m))
+		}
+		if round%97 == 0 {
+			for _, k := range keys {
+				v, ok := x.get([]byte(k))
+				want, wok := m[k]
+				if ok != wok || string(v) != want {
+					t.Fatalf("round %d: get(%q) = %q, %v; want %q, %v", round, k, v, ok, want, wok)
+				}
+			}
+		}
+	}
+}
+
+// TestStoreAgainstModel runs random commits through the store and checks
+// Get against a map: the index and the tree must agree on every key.
+func TestStoreAgainstModel(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(11, 2))
+	s := &store{}
+	if _, err := s.Init(ctx, nil, sdk.HostInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for round := range 2000 {
+		var ops []sdk.Op
+		seen := map[string]bool{}
+		for range 1 + rng.IntN(20) {
+			k := fmt.Sprintf("k%03d", rng.IntN(400))
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			switch rng.IntN(3) {
+			case 0:
+				ops = append(ops, sdk.Op{Kind: sdk.OpDelete, Key: []byte(k)})
+			default:
+				ops = append(ops, sdk.Op{Kind: sdk.OpPut, Key: []byte(k), Value: fmt.Appendf(nil, "%d", round)})
+			}
+		}
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range ops {
+			if op.Kind == sdk.OpDelete {
+				delete(m, string(op.Key))
+			} else {
+				m[string(op.Key)] = string(op.Value)
+			}
+		}
+	}
+	for i := range 400 {
+		k := fmt.Sprintf("k%03d", i)
+		v, err := s.Get(ctx, []byte(k))
+		want, ok := m[k]
+		if ok != (err == nil) || string(v) != want {
+			t.Fatalf("Get(%q) = %q, %v; want %q, present %v", k, v, err, want, ok)
+		}
+		tv, tok := lookup(s.t.root, []byte(k))
+		if tok != ok || string(tv) != want {
+			t.Fatalf("tree lookup(%q) = %q, %v; want %q, %v", k, tv, tok, want, ok)
+		}
+	}
+}
