@@ -12,27 +12,20 @@ import "unsafe"
 // It is an open-addressing table with linear probing and backward-shift
 // deletion, at most half full. A slot refers to the pair's single
 // allocation (the key followed by the value, as Commit stores them), so it
-// costs 24 bytes and keeps the memory alive only as long as the tree does.
+// costs 32 bytes and keeps the memory alive only as long as the tree does.
 type index struct {
 	slots []slot
 	count int
 }
 
 type slot struct {
-	p    unsafe.Pointer // the key's first byte, followed by the value; nil = empty
+	pair []byte // the key followed by the value; nil = empty
 	klen uint32
-	vlen uint32
 	hash uint32
 }
 
-func (s *slot) key() []byte { return unsafe.Slice((*byte)(s.p), s.klen) }
-
-func (s *slot) value() []byte {
-	if s.vlen == 0 {
-		return []byte{}
-	}
-	return unsafe.Slice((*byte)(unsafe.Add(s.p, s.klen)), s.vlen)
-}
+func (s *slot) key() []byte   { return s.pair[:s.klen:s.klen] }
+func (s *slot) value() []byte { return s.pair[s.klen:] }
 
 // hashKey mixes a key eight bytes at a time, with one 64-bit multiply per
 // word (wasm has no 64x64->128 multiply, which wyhash-style mixing needs).
@@ -64,7 +57,7 @@ func (x *index) get(key []byte) ([]byte, bool) {
 	mask := len(x.slots) - 1
 	for i := int(h) & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
-		if s.p == nil {
+		if s.pair == nil {
 			return nil, false
 		}
 		if s.hash == h && equalKeys(s.key(), key) {
@@ -79,14 +72,16 @@ func (x *index) set(it item) {
 	if 2*(x.count+1) > len(x.slots) {
 		x.grow()
 	}
-	x.put(slot{p: unsafe.Pointer(unsafe.SliceData(it.key)), klen: uint32(len(it.key)), vlen: uint32(len(it.value)), hash: hashKey(it.key)})
+	// The item's key and value are adjacent slices of one allocation.
+	pair := unsafe.Slice(unsafe.SliceData(it.key), len(it.key)+len(it.value))
+	x.put(slot{pair: pair, klen: uint32(len(it.key)), hash: hashKey(it.key)})
 }
 
 func (x *index) put(n slot) {
 	mask := len(x.slots) - 1
 	for i := int(n.hash) & mask; ; i = (i + 1) & mask {
 		s := &x.slots[i]
-		if s.p == nil {
+		if s.pair == nil {
 			*s = n
 			x.count++
 			return
@@ -103,7 +98,7 @@ func (x *index) grow() {
 	x.slots = make([]slot, max(64, 2*len(old)))
 	x.count = 0
 	for i := range old {
-		if old[i].p != nil {
+		if old[i].pair != nil {
 			x.put(old[i])
 		}
 	}
@@ -120,7 +115,7 @@ func (x *index) remove(key []byte) {
 	i := int(h) & mask
 	for {
 		s := &x.slots[i]
-		if s.p == nil {
+		if s.pair == nil {
 			return
 		}
 		if s.hash == h && equalKeys(s.key(), key) {
@@ -134,7 +129,7 @@ func (x *index) remove(key []byte) {
 	hole := i
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		s := &x.slots[j]
-		if s.p == nil {
+		if s.pair == nil {
 			break
 		}
 		// The slot may fill the hole if the hole lies on its probe
