@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -352,14 +353,23 @@ func (s *Store) release(in *instance) {
 		s.updateMemory()
 		return
 	}
-	s.handOff(in)
+	handed := s.handOff(in)
 	s.checkDrained()
 	s.mu.Unlock()
+	if handed {
+		// The waiter was made runnable next on this P, but would only
+		// run once this goroutine blocks or is preempted, up to 10 ms
+		// later, while the instance waits for it: the list workload
+		// on memkv.wasm measured 365 us between hand-off and use, six
+		// times per list, with the single instance idle. Yielding runs
+		// the waiter now (61-72 us).
+		runtime.Gosched()
+	}
 }
 
 // handOff gives a live instance to a waiter, preferring one pinned to it,
-// or parks it as idle (under s.mu).
-func (s *Store) handOff(in *instance) {
+// or parks it as idle (under s.mu). It reports whether a waiter got it.
+func (s *Store) handOff(in *instance) bool {
 	pick := -1
 	for i, w := range s.waiters {
 		if w.want == in {
@@ -375,9 +385,10 @@ func (s *Store) handOff(in *instance) {
 		s.waiters = append(s.waiters[:pick], s.waiters[pick+1:]...)
 		s.busy++
 		w.ch <- in
-		return
+		return true
 	}
 	s.idle = append(s.idle, in)
+	return false
 }
 
 func (s *Store) checkDrained() {
