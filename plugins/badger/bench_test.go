@@ -160,3 +160,55 @@ func BenchmarkGet(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkScanBeforeDeletedRun scans 10 live keys that sort just before
+// 50,000 deleted ones, as a list of one resource next to a resource that was
+// just deleted, or compaction reading one key's history next to compacted
+// history. The cost must stay that of 10 keys, not of the deleted run.
+func BenchmarkScanBeforeDeletedRun(b *testing.B) {
+	s, err := Open(Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	val := make([]byte, benchValLen)
+	const deleted = 50_000
+	for _, del := range []bool{false, true} {
+		ops := make([]kv.Op, 0, 1000)
+		for i := int64(0); i < deleted; i++ {
+			k := benchKey("pods", i)
+			if del {
+				ops = append(ops, kv.Delete(k))
+			} else {
+				ops = append(ops, kv.Put(k, val))
+			}
+			if len(ops) == cap(ops) {
+				if err := s.Commit(ctx, ops); err != nil {
+					b.Fatal(err)
+				}
+				ops = ops[:0]
+			}
+		}
+	}
+	var ops []kv.Op
+	for i := int64(0); i < 10; i++ {
+		ops = append(ops, kv.Put(benchKey("nodes", i), val))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("/registry/nodes/"), End: []byte("/registry/nodes0")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch, err := it.Next(ctx)
+		if err != nil || len(batch) != 10 {
+			b.Fatalf("scan = %d pairs, %v; want 10", len(batch), err)
+		}
+		it.Close()
+	}
+}

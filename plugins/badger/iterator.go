@@ -42,7 +42,19 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		// only add goroutines and copies.
 		PrefetchValues: false,
 		Reverse:        opts.Reverse,
-		Prefix:         []byte{dataPrefix},
+		// Badger leaves out tables whose keys cannot share the prefix, so
+		// a scan of one resource's keys merges only the tables that may
+		// hold them.
+		Prefix: commonPrefix(it.start, it.end),
+		// Forward scans see every version, deleted ones included, and
+		// stop at End themselves. Without it, badger skips deleted keys
+		// inside Next, before the bound can be checked: a scan whose
+		// range ends just before a run of deleted keys (a list next to a
+		// resource that was just deleted, compaction reading the history
+		// of a key next to compacted ones) walked the whole run, tens of
+		// thousands of entries, on every call. Reverse scans (a last key,
+		// limit 1) keep badger's own version handling.
+		AllVersions: !opts.Reverse,
 	})
 	if opts.Reverse {
 		if it.end == nil {
@@ -76,6 +88,23 @@ type iterator struct {
 	batch      int
 	yielded    int
 	done       bool
+	// lastKey is the key of the previous version a forward scan saw (seen
+	// tells an empty key from none).
+	lastKey []byte
+	seen    bool
+}
+
+// commonPrefix is the longest prefix every key in [start, end) shares; with
+// no end it is the namespace byte of start.
+func commonPrefix(start, end []byte) []byte {
+	if end == nil {
+		return start[:1:1]
+	}
+	n := 0
+	for n < len(start) && n < len(end) && start[n] == end[n] {
+		n++
+	}
+	return start[:n:n]
 }
 
 func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
@@ -104,6 +133,19 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 		if (it.reverse && bytes.Compare(k, it.start) < 0) || (!it.reverse && it.end != nil && bytes.Compare(k, it.end) >= 0) {
 			it.finish()
 			break
+		}
+		if !it.reverse {
+			// Versions of a key come newest first: the first one decides
+			// whether the key exists in this snapshot, the rest are
+			// history badger has not compacted away yet.
+			if it.seen && bytes.Equal(k, it.lastKey) {
+				continue
+			}
+			it.lastKey = append(it.lastKey[:0], k...)
+			it.seen = true
+			if item.IsDeletedOrExpired() {
+				continue
+			}
 		}
 		k = k[1:] // strip the namespace
 		err := item.Value(func(v []byte) error {
