@@ -149,7 +149,7 @@ func (r *runner) run(ctx context.Context, name string) (*result.Result, error) {
 
 // cleanup deletes a workload's keys and compacts the history they left, as
 // kube-apiserver's compactor would, so the next workload starts on a store
-// of the same size. It deletes in ranges of at most cleanupChunk keys: a
+// of the same size and with no compaction still running. It deletes in ranges of at most cleanupChunk keys: a
 // single DeleteRange over a whole create run (tens of thousands of keys) is
 // nothing kube-apiserver ever sends, and one store refusing it must not end
 // the run.
@@ -183,7 +183,10 @@ func (r *runner) cleanup(ctx context.Context, name string) error {
 		}
 		from = last
 	}
-	if _, err := cli.Compact(cctx, rev); err != nil {
+	// Physical: wait until the store has removed the history, so that
+	// the next workload measures itself and not this one's cleanup (both
+	// etcd and Engram compact in the background otherwise).
+	if _, err := cli.Compact(cctx, rev, clientv3.WithCompactPhysical()); err != nil {
 		return fmt.Errorf("compact at %d: %w", rev, err)
 	}
 	return nil
