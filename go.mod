@@ -3,9 +3,9 @@ module github.com/engramkv/engram
 go 1.26.8
 
 require (
-	github.com/engramkv/engram/abi v0.0.0
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/dgraph-io/badger/v3 v3.2103.5
+	github.com/engramkv/engram/abi v0.0.0
 	github.com/knadh/koanf/parsers/yaml v1.1.1
 	github.com/knadh/koanf/providers/env v1.1.0
 	github.com/knadh/koanf/providers/file v1.2.1
@@ -44,6 +44,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware v1.1.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/knadh/koanf/maps v0.1.2 // indirect
 	github.com/mitchellh/copystructure v1.2.0 // indirect

@@ -139,6 +139,7 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		Registerer:             reg,
 		ProgressNotifyInterval: cfg.Watch.ProgressNotifyInterval,
 		WatchMaxLag:            cfg.Watch.MaxLag,
+		LatestCacheBytes:       cfg.Storage.LatestCacheSize,
 		Compaction: server.CompactionPolicy{
 			Mode:      cfg.Compaction.Mode,
 			Retention: cfg.Compaction.Retention,

@@ -85,6 +85,9 @@ var (
 
 const metaCompact = "compact"
 
+// DefaultLatestCacheBytes is the latest-record cache's default budget.
+const DefaultLatestCacheBytes = 64 << 20
+
 // Notifier receives committed events in revision order, before the writes
 // are acknowledged. head is the revision of the last event.
 type Notifier interface {
@@ -110,6 +113,10 @@ type Options struct {
 	// leases; every read takes the current and compacted revisions from the
 	// store, so it sees every write acknowledged by the leader before it.
 	ReadOnly bool
+	// LatestCacheBytes bounds the writer's cache of latest records (see
+	// latest.go); 0 means 64 MiB, a negative value disables it. A ReadOnly
+	// backend has none.
+	LatestCacheBytes int64
 }
 
 // Backend is the MVCC store. All methods are safe for concurrent use.
@@ -133,6 +140,7 @@ type Backend struct {
 	fence            func() (kv.Op, error)
 	readOnly         bool
 	counts           *countCache
+	latest           *latestCache // nil on followers or when disabled
 	barrier          readBarrier
 
 	reqs   chan *request
@@ -179,6 +187,13 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		fence:            opts.Fence,
 		readOnly:         opts.ReadOnly,
 		counts:           newCountCache(1 << 20),
+	}
+	if !opts.ReadOnly && opts.LatestCacheBytes >= 0 {
+		size := opts.LatestCacheBytes
+		if size == 0 {
+			size = DefaultLatestCacheBytes
+		}
+		b.latest = newLatestCache(size)
 	}
 	b.pins.m = map[int64]int{}
 	b.barrier.fetch = b.fetchRevisions

@@ -27,5 +27,18 @@ func newMetrics(reg prometheus.Registerer, b *Backend) *metrics {
 		compactions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "physical_compactions_total", Help: "Finished physical compactions."}),
 	}
 	reg.MustRegister(m.commitSeconds, m.groupRequests, m.revision, m.compacted, m.compactions)
+	if c := b.latest; c != nil {
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "latest_cache_hits_total",
+				Help: "Latest-version lookups (point reads, write checks) answered from memory."},
+				func() float64 { h, _, _ := c.stats(); return float64(h) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "latest_cache_misses_total",
+				Help: "Latest-version lookups that read the storage engine."},
+				func() float64 { _, m, _ := c.stats(); return float64(m) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "mvcc", Name: "latest_cache_bytes",
+				Help: "Approximate memory held by the latest-version cache."},
+				func() float64 { _, _, n := c.stats(); return float64(n) }),
+		)
+	}
 	return m
 }

@@ -1,6 +1,7 @@
 package mvcc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -145,12 +146,86 @@ func TestUncertainCommitIsResolvedByReadingBack(t *testing.T) {
 	}
 }
 
+// TestLatestCacheFollowsUncertainOutcomes checks that the writer's cache of
+// latest records never answers with a version the store does not hold: a
+// cached key written by a batch that failed, or whose outcome was uncertain,
+// reads as the store has it.
+func TestLatestCacheFollowsUncertainOutcomes(t *testing.T) {
+	store := kvfault.Wrap(memkv.New())
+	b := open(t, store)
+	put(t, b, "a", "1") // cached by the writer
+	uncertain := fmt.Errorf("timeout: %w", kv.ErrUncertain)
+	store.FailCommits(kvfault.Fault{Err: uncertain})
+	if _, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("not-applied uncertain write: %v", err)
+	}
+	if kv, _ := get(t, b, "a", 0); kv == nil || string(kv.Value) != "1" {
+		t.Fatalf("after a write that did not happen: %+v, want 1", kv)
+	}
+	store.FailCommits(kvfault.Fault{Err: uncertain, Apply: true})
+	rev := put(t, b, "a", "3")
+	if kv, _ := get(t, b, "a", 0); kv == nil || string(kv.Value) != "3" || kv.ModRevision != rev || kv.Version != 2 {
+		t.Fatalf("after an applied uncertain write: %+v, want 3 at %d version 2", kv, rev)
+	}
+	store.FailCommits(kvfault.Fault{Err: errors.New("write failed")})
+	if _, err := b.DeleteRange(context.Background(), &pb.DeleteRangeRequest{Key: []byte("a")}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("failed delete: %v", err)
+	}
+	if kv, _ := get(t, b, "a", 0); kv == nil || string(kv.Value) != "3" {
+		t.Fatalf("after a failed delete: %+v, want 3", kv)
+	}
+	if kv, _ := get(t, b, "a", rev-1); kv == nil || string(kv.Value) != "1" {
+		t.Fatalf("read below the cached version: %+v, want 1", kv)
+	}
+}
+
+func TestLatestCacheBounds(t *testing.T) {
+	c := newLatestCache(64 << 10) // records up to 1 KiB
+	rec := func(n int) []byte { return bytes.Repeat([]byte("v"), n) }
+	_, _, gen := c.get([]byte("k"))
+	c.set("other", rec(10))
+	c.fill([]byte("k"), rec(10), gen)
+	if _, ok, _ := c.get([]byte("k")); ok {
+		t.Fatal("fill from before a write was accepted")
+	}
+	_, _, gen = c.get([]byte("k"))
+	c.set("k", []byte("new"))
+	c.fill([]byte("k"), []byte("old"), gen)
+	if v, _, _ := c.get([]byte("k")); string(v) != "new" {
+		t.Fatalf("fill replaced the writer's record: %q", v)
+	}
+	c.set("big", rec(2<<10))
+	if _, ok, _ := c.get([]byte("big")); ok {
+		t.Fatal("record over the per-record bound cached")
+	}
+	for i := range 1000 {
+		c.set(fmt.Sprint("key", i), rec(512))
+	}
+	if _, _, n := c.stats(); n > 64<<10 {
+		t.Fatalf("cache holds %d bytes, budget %d", n, 64<<10)
+	}
+	if _, ok, _ := c.get([]byte("key999")); !ok {
+		t.Fatal("most recent record evicted")
+	}
+	if _, ok, _ := c.get([]byte("key0")); ok {
+		t.Fatal("oldest record kept past the budget")
+	}
+	c.invalidate("key999")
+	if _, ok, _ := c.get([]byte("key999")); ok {
+		t.Fatal("invalidated record still cached")
+	}
+}
+
 func TestStorageErrorsFailTheGroupWithoutPartialState(t *testing.T) {
 	store := kvfault.Wrap(memkv.New())
 	b := open(t, store)
 	put(t, b, "a", "1")
 	store.FailGets(kvfault.Fault{Err: errors.New("disk on fire")})
-	if _, err := b.Put(context.Background(), &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}); !errors.Is(err, ErrUnavailable) {
+	// "b" is not in the latest-record cache, so the writer must read it.
+	if _, err := b.Txn(context.Background(), &pb.TxnRequest{Success: []*pb.RequestOp{
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}}},
+		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("b"), Value: []byte("2")}}},
+	}}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("read failure inside the writer: %v", err)
 	}
 	store.FailCommits(kvfault.Fault{Err: errors.New("write failed")})
@@ -159,6 +234,9 @@ func TestStorageErrorsFailTheGroupWithoutPartialState(t *testing.T) {
 	}
 	if kv, _ := get(t, b, "a", 0); string(kv.Value) != "1" || b.Rev() != 2 {
 		t.Fatalf("state after failures: %+v rev %d", kv, b.Rev())
+	}
+	if kv, _ := get(t, b, "b", 0); kv != nil {
+		t.Fatalf("b after failures: %+v", kv)
 	}
 	if rev := put(t, b, "a", "4"); rev != 3 {
 		t.Fatalf("next revision %d", rev)

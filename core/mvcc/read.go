@@ -86,7 +86,7 @@ func plainOrder(req *pb.RangeRequest) bool {
 // unless they changed after rev.
 func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, keep int) ([]entry, int, error) {
 	if len(end) == 0 {
-		raw, err := b.store.Get(ctx, coder.RevisionKey(key))
+		raw, err := b.latestRecord(ctx, key)
 		if errors.Is(err, kv.ErrNotFound) {
 			return nil, 0, nil
 		}
@@ -357,7 +357,7 @@ func (b *Backend) Events(ctx context.Context, from, to int64, limit int) (events
 func (b *Backend) versionExactly(ctx context.Context, key []byte, rev int64) (entry, error) {
 	raw, err := b.store.Get(ctx, coder.ObjectKey(key, rev))
 	if errors.Is(err, kv.ErrNotFound) {
-		raw, err = b.store.Get(ctx, coder.RevisionKey(key))
+		raw, err = b.latestRecord(ctx, key)
 		if err == nil {
 			if h, _, derr := decodeHeader(raw); derr == nil && h.modRev != rev {
 				// Superseded between the two reads: it is in history now.

@@ -298,6 +298,7 @@ func (b *Backend) commitGroup(g *group) error {
 	if errors.Is(err, kv.ErrUncertain) {
 		err = b.resolveUncertain(ctx, g, err)
 	}
+	b.updateLatest(g, err == nil)
 	if err != nil {
 		if c, ok := kv.AsConflict(err); ok && fenceKey != nil && bytes.Equal(c.Key, fenceKey) {
 			return fmt.Errorf("%w: another node took over (fenced)", ErrNotLeader)
@@ -323,6 +324,24 @@ func (b *Backend) commitGroup(g *group) error {
 		b.clock.Advance(g.rev)
 	}
 	return nil
+}
+
+// updateLatest brings the latest-record cache in line with the group's
+// batch before its revision is published: the new records when it
+// committed, nothing cached for its keys when it did not (or may not have).
+func (b *Backend) updateLatest(g *group, committed bool) {
+	if b.latest == nil {
+		return
+	}
+	for k, s := range g.keys {
+		switch {
+		case !s.dirty:
+		case committed && !s.deleteRevKey:
+			b.latest.set(k, s.record)
+		default:
+			b.latest.invalidate(k)
+		}
+	}
 }
 
 // resolveUncertain decides, before anything later commits, whether a batch
@@ -361,6 +380,9 @@ type keyState struct {
 	dirty bool
 	// deleteRevKey removes the revision key instead of writing cur.
 	deleteRevKey bool
+	// record is what batch wrote to the revision key (nil when it deletes
+	// it), for the latest-record cache once the batch committed.
+	record []byte
 }
 
 func (s *keyState) live() bool { return s.exists && !s.cur.tombstone }
@@ -394,7 +416,7 @@ func (g *group) state(key []byte) (*keyState, error) {
 		return s, nil
 	}
 	s := &keyState{}
-	raw, err := g.b.store.Get(context.Background(), coder.RevisionKey(key))
+	raw, err := g.b.latestRecord(context.Background(), key)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 	case err != nil:
@@ -887,9 +909,11 @@ func (g *group) batch() []kv.Op {
 		case s.deleteRevKey:
 			ops = append(ops, kv.CompareAndDelete(rk, s.base))
 		case s.base == nil:
-			ops = append(ops, kv.PutIfAbsent(rk, encodeObject(s.cur, s.value)))
+			s.record = encodeObject(s.cur, s.value)
+			ops = append(ops, kv.PutIfAbsent(rk, s.record))
 		default:
-			ops = append(ops, kv.CompareAndSwap(rk, s.base, encodeObject(s.cur, s.value)))
+			s.record = encodeObject(s.cur, s.value)
+			ops = append(ops, kv.CompareAndSwap(rk, s.base, s.record))
 		}
 	}
 	ops = append(ops, g.objects...)

@@ -52,6 +52,9 @@ type Options struct {
 	// before it is cancelled with a reason; 0 uses the default, negative
 	// disables the limit.
 	WatchMaxLag int64
+	// LatestCacheBytes bounds the leader's cache of latest records (see
+	// mvcc.Options.LatestCacheBytes).
+	LatestCacheBytes int64
 
 	// Compaction is the optional server-side compaction policy. The default
 	// is off: kube-apiserver compacts by itself.
@@ -191,7 +194,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
 	log := s.log
 	lessor := lease.New(lease.Options{})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence})
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
 	}

@@ -90,6 +90,11 @@ type Storage struct {
 	// (a TiKV cluster, storage.tikv).
 	Engine string `koanf:"engine" help:"storage engine: badger, memkv, wasm or tikv"`
 
+	// LatestCacheSize bounds the leader's cache of latest object versions,
+	// which answers point reads and the checks of every write without an
+	// engine lookup (for every engine; worth most on remote ones).
+	LatestCacheSize int64 `koanf:"latest-cache-size" help:"bytes of latest object versions the leader keeps in memory for reads and write checks (0 = 64 MiB, negative disables)"`
+
 	// Badger tunes the badger engine; ignored by other engines.
 	Badger Badger `koanf:"badger"`
 

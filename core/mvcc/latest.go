@@ -1,0 +1,145 @@
+package mvcc
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
+	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/kv"
+)
+
+// The latest-record cache keeps recently used revision-key records (a key's
+// latest version, exactly the bytes stored) in memory on the node that
+// writes, so that a point read, and the writer's evaluation of a compare or
+// a CAS, cost no engine lookup. On badger that lookup is a skiplist search
+// of the memtable and the LSM levels (a fifth of the CPU of a kube-apiserver
+// update); on TiKV or a remote wasm engine it is a network round trip.
+//
+// Invariants:
+//
+//   - Only the writer changes revision keys, and it updates or invalidates
+//     the cache for every key of a batch after the batch committed (or
+//     failed, or was uncertain) and before the revision is published. So an
+//     entry is never older than the latest revision a reader can observe;
+//     an entry newer than the reader's revision is resolved through history
+//     as a store read would be.
+//   - A reader that missed may fill the cache with what it read from the
+//     store only if the writer changed nothing since it started reading
+//     (gen), and only where there is no entry: a fill can never bring back a
+//     version the writer already replaced.
+//   - A follower (ReadOnly) has no cache: another node writes.
+//
+// The cache holds bytes the store returned or the writer encoded; nobody
+// modifies them after insertion.
+type latestCache struct {
+	mu     sync.Mutex
+	lru    *simplelru.LRU[string, []byte]
+	bytes  int64
+	limit  int64
+	maxRec int
+	gen    uint64
+
+	hits, misses uint64 // read under mu by metrics
+}
+
+// latestEntryOverhead approximates the map, list and string headers of one
+// entry, so that many small records are accounted for honestly.
+const latestEntryOverhead = 128
+
+func newLatestCache(limit int64) *latestCache {
+	c := &latestCache{limit: limit, maxRec: int(min(limit/64, 256<<10))}
+	// The LRU bounds entries by count; the byte budget is enforced here.
+	c.lru, _ = simplelru.NewLRU[string, []byte](1<<62, func(k string, v []byte) {
+		c.bytes -= int64(len(k) + len(v) + latestEntryOverhead)
+	})
+	return c
+}
+
+// get returns key's cached record and the generation to pass to fill when it
+// misses.
+func (c *latestCache) get(key []byte) (raw []byte, ok bool, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	raw, ok = c.lru.Get(string(key))
+	if ok {
+		c.hits++
+	} else {
+		c.misses++
+	}
+	return raw, ok, c.gen
+}
+
+// fill caches what a reader found in the store, unless the writer changed
+// anything since gen or the key is cached already.
+func (c *latestCache) fill(key, raw []byte, gen uint64) {
+	if len(raw) > c.maxRec {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if gen != c.gen || c.lru.Contains(string(key)) {
+		return
+	}
+	c.insert(string(key), raw)
+}
+
+// set records the writer's committed record for key.
+func (c *latestCache) set(key string, raw []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	if len(raw) > c.maxRec {
+		c.lru.Remove(key)
+		return
+	}
+	c.insert(key, raw)
+}
+
+// invalidate forgets key; the writer calls it when the key's record is gone
+// or its state in the store is unknown.
+func (c *latestCache) invalidate(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.lru.Remove(key)
+}
+
+// insert adds or replaces an entry; c.mu is held.
+func (c *latestCache) insert(key string, raw []byte) {
+	c.lru.Remove(key) // replace: account for the old bytes via the callback
+	c.lru.Add(key, raw)
+	c.bytes += int64(len(key) + len(raw) + latestEntryOverhead)
+	for c.bytes > c.limit {
+		if _, _, ok := c.lru.RemoveOldest(); !ok {
+			break
+		}
+	}
+}
+
+func (c *latestCache) stats() (hits, misses uint64, bytes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hits, c.misses, c.bytes
+}
+
+// latestRecord returns key's revision-key record, from the cache when it has
+// one. kv.ErrNotFound means the key has no revision key.
+func (b *Backend) latestRecord(ctx context.Context, key []byte) ([]byte, error) {
+	if b.latest == nil {
+		return b.store.Get(ctx, coder.RevisionKey(key))
+	}
+	raw, ok, gen := b.latest.get(key)
+	if ok {
+		return raw, nil
+	}
+	raw, err := b.store.Get(ctx, coder.RevisionKey(key))
+	if err == nil {
+		b.latest.fill(key, raw, gen)
+	} else if !errors.Is(err, kv.ErrNotFound) {
+		return nil, err
+	}
+	return raw, err
+}
