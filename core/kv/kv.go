@@ -130,6 +130,11 @@ type ScanOptions struct {
 	// BatchSize is a hint for the number of pairs per Next; 0 lets the
 	// adaptor choose.
 	BatchSize int
+	// ValuePrefix > 0 says the caller reads only the first ValuePrefix
+	// bytes of each value (the core counting keys by their record
+	// headers): an adaptor may return just that prefix and save copying
+	// the rest. It is a hint; whole values are always correct.
+	ValuePrefix int
 }
 
 // Pair is one key and its value.

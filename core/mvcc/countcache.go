@@ -70,6 +70,17 @@ func (c *countCache) add(end []byte, rev int64, from []byte, keys [][]byte) {
 	if c == nil || len(keys) < countCacheMinKeys || len(keys) > c.maxKeys {
 		return
 	}
+	// The keys point into the scan's batches, which hold values too; one
+	// compact copy keeps the entry from pinning every value of the range.
+	n := 0
+	for _, k := range keys {
+		n += len(k)
+	}
+	arena := make([]byte, 0, n)
+	for i, k := range keys {
+		arena = append(arena, k...)
+		keys[i] = arena[len(arena)-len(k) : len(arena) : len(arena)]
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.entries = append(c.entries, &countEntry{end: string(end), rev: rev, from: bytes.Clone(from), keys: keys})

@@ -129,13 +129,19 @@ func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, kee
 		// Only the page is read; a little slack covers deleted keys.
 		batch = keep + 16
 	}
+	// The first page of a counted list reads the page with values, then
+	// counts the rest of the range by record headers only, which the
+	// engine may hand over without the values (kv.ScanOptions.ValuePrefix).
+	split := keep > 0 && !haveCount
+	var resume []byte
 	err := scanAll(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: batch}, func(p kv.Pair) error {
 		h, val, err := decodeHeader(p.Value)
 		if err != nil {
 			return err
 		}
 		full := keep < 0 || len(out) < keep
-		if !full && haveCount {
+		if !full && (haveCount || split) {
+			resume = p.Key
 			return errStopScan
 		}
 		if !full && h.modRev <= rev {
@@ -164,6 +170,29 @@ func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, kee
 		}
 		return nil
 	})
+	if split && resume != nil && errors.Is(err, errStopScan) {
+		err = scanAll(ctx, b.store, kv.ScanOptions{Start: resume, End: stop, BatchSize: 4096, ValuePrefix: maxHeaderLen}, func(p kv.Pair) error {
+			h, _, err := decodeHeader(p.Value)
+			if err != nil {
+				return err
+			}
+			if h.modRev > rev {
+				// Changed since rev: whether it was live then is in history.
+				k, err := coder.DecodeRevisionKey(p.Key)
+				if err != nil {
+					return err
+				}
+				if _, ok, err := b.versionAt(ctx, k, rev); err != nil || !ok {
+					return err
+				}
+			} else if h.tombstone {
+				return nil
+			}
+			count++
+			live = append(live, p.Key)
+			return nil
+		})
+	}
 	if err != nil && !errors.Is(err, errStopScan) {
 		return nil, 0, storageErr("scan", err)
 	}

@@ -24,6 +24,9 @@ const (
 
 var errBadRecord = errors.New("mvcc: malformed record")
 
+// maxHeaderLen is the longest header appendHeader writes.
+const maxHeaderLen = 2 + 4*binary.MaxVarintLen64
+
 // appendHeader encodes h: a format byte, a flags byte and four uvarints.
 func appendHeader(dst []byte, h header) []byte {
 	var flags byte

@@ -24,7 +24,9 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		reverse: opts.Reverse,
 		limit:   opts.Limit,
 		batch:   opts.BatchSize,
-		start:   dataKey(opts.Start),
+		// Copying only the prefix is what makes counting cheap.
+		valuePrefix: opts.ValuePrefix,
+		start:       dataKey(opts.Start),
 	}
 	if it.batch <= 0 {
 		it.batch = kv.DefaultBatchPairs
@@ -88,6 +90,8 @@ type iterator struct {
 	batch      int
 	yielded    int
 	done       bool
+	// valuePrefix > 0 truncates values (kv.ScanOptions.ValuePrefix).
+	valuePrefix int
 	// lastKey is the key of the previous version a forward scan saw (seen
 	// tells an empty key from none).
 	lastKey []byte
@@ -149,6 +153,9 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 		}
 		k = k[1:] // strip the namespace
 		err := item.Value(func(v []byte) error {
+			if it.valuePrefix > 0 && len(v) > it.valuePrefix {
+				v = v[:it.valuePrefix]
+			}
 			b.Add(k, v)
 			return nil
 		})
