@@ -207,11 +207,12 @@ func (s *Server) hasLeader() bool {
 // checkLeader answers etcd's "no leader" to requests that carry the
 // hasleader metadata (clientv3.WithRequireLeader) while there is none.
 func (s *Server) checkLeader(ctx context.Context) error {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
+	// The metadata is only consulted without a leader: reading it copies
+	// every header of the call, a cost no request should pay for nothing.
+	if s.hasLeader() {
 		return nil
 	}
-	if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader && !s.hasLeader() {
+	if v := metadata.ValueFromIncomingContext(ctx, rpctypes.MetadataRequireLeaderKey); len(v) > 0 && v[0] == rpctypes.MetadataHasLeader {
 		return rpctypes.ErrGRPCNoLeader
 	}
 	return nil
