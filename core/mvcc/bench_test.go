@@ -130,7 +130,9 @@ func BenchmarkCreateParallel(b *testing.B) {
 			next := 0
 			b.SetParallelism(32)
 			b.ReportAllocs()
+			cpu := processCPU()
 			b.ResetTimer()
+			defer func() { b.ReportMetric(float64(processCPU()-cpu)/float64(b.N)/1e3, "cpu-us/op") }()
 			b.RunParallel(func(p *testing.PB) {
 				for p.Next() {
 					mu.Lock()
