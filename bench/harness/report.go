@@ -279,6 +279,7 @@ func (h *harness) writeTargets(b *strings.Builder) {
 		}
 		return true
 	}
+	var unreachable []string
 	fmt.Fprintf(b, "| target | required | measured (etcd for reference) | |\n| --- | --- | --- | --- |\n")
 	row := func(name, req, measured string, ok, k bool) {
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, req, measured, met(ok, k))
@@ -294,8 +295,13 @@ func (h *harness) writeTargets(b *strings.Builder) {
 		wl   string
 		need float64
 	}{{"update", 2}, {"delete", 2}, {"list", 1.5}} {
-		bd, et := t(storeBadger, c.wl), t(storeEtcd, c.wl)
-		row(c.wl+" / etcd", fmt.Sprintf("≥ %.1f×", c.need), ratio(bd, et), bd/et >= c.need, known(bd, et))
+		bd, et, mk, ce := t(storeBadger, c.wl), t(storeEtcd, c.wl), t(storeMemkv, c.wl), t(storeCeiling, c.wl)
+		// The ceiling's own ratio is the most any store can reach here;
+		// memkv's shows what the core reaches without a durable engine.
+		row(c.wl+" / etcd", fmt.Sprintf("≥ %.1f×", c.need), fmt.Sprintf("%s (engram-memkv %s, ceiling %s)", ratio(bd, et), ratio(mk, et), ratio(ce, et)), bd/et >= c.need, known(bd, et))
+		if known(ce, et) && ce/et < c.need {
+			unreachable = append(unreachable, fmt.Sprintf("%s (the ceiling reached %s etcd)", c.wl, ratio(ce, et)))
+		}
 	}
 	worst := func(s string) float64 {
 		v := math.NaN()
@@ -323,6 +329,9 @@ func (h *harness) writeTargets(b *strings.Builder) {
 	}
 	br, er := float64(h.rss[storeBadger].Loaded.RSS), float64(h.rss[storeEtcd].Loaded.RSS)
 	row(fmt.Sprintf("RSS after %d objects", h.p.rssObjects), "≤ etcd's", fmt.Sprintf("%s vs etcd %s (%s)", mib(int64(br)), mib(int64(er)), ratio(br, er)), br <= er, known(br, er))
+	if len(unreachable) > 0 {
+		fmt.Fprintf(b, "\nIn this run no store could have met the target for %s: the ceiling server, which answers without storing anything, is the most any store reaches on this machine with the load generator beside it.\n", strings.Join(unreachable, " and "))
+	}
 }
 
 // writeRaw saves every run's report.
