@@ -36,6 +36,17 @@ func benchStores(b *testing.B) map[string]func() kv.Store {
 	}
 }
 
+// openBench opens a Backend on s, closed when the benchmark ends.
+func openBench(b *testing.B, s kv.Store) *Backend {
+	b.Helper()
+	be, err := Open(context.Background(), Options{Store: s, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	return be
+}
+
 func load(b *testing.B, be *Backend, n int) {
 	b.Helper()
 	val := bytes.Repeat([]byte("v"), 512)
@@ -62,11 +73,7 @@ func load(b *testing.B, be *Backend, n int) {
 func BenchmarkPaginatedList(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
+			be := openBench(b, open())
 			load(b, be, 10000)
 			prefix := []byte("/registry/pods/")
 			end := []byte("/registry/pods0")
@@ -96,11 +103,7 @@ func BenchmarkPaginatedList(b *testing.B) {
 func BenchmarkGet(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
+			be := openBench(b, open())
 			load(b, be, 10000)
 			key := []byte(fmt.Sprintf("/registry/pods/default/pod-%06d-%s", 4242, "abcdefghijklmnopqrstuvwxyz0123"))
 			b.ReportAllocs()
@@ -120,11 +123,7 @@ func BenchmarkGet(b *testing.B) {
 func BenchmarkCreateParallel(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
+			be := openBench(b, open())
 			val := bytes.Repeat([]byte("v"), 512)
 			var mu sync.Mutex
 			next := 0
@@ -161,11 +160,7 @@ func BenchmarkCreateParallel(b *testing.B) {
 func BenchmarkUpdateParallel(b *testing.B) {
 	for name, open := range benchStores(b) {
 		b.Run(name, func(b *testing.B) {
-			be, err := Open(context.Background(), Options{Store: open(), Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer be.Close()
+			be := openBench(b, open())
 			const n = 10000
 			load(b, be, n)
 			val := bytes.Repeat([]byte("u"), 512)

@@ -28,6 +28,21 @@ func benchKey(prefix string, i int64) []byte {
 	return k
 }
 
+// commitEach commits op(0) .. op(n-1) in batches of 1000.
+func commitEach(b *testing.B, s *Store, n int64, op func(i int64) kv.Op) {
+	b.Helper()
+	ops := make([]kv.Op, 0, 1000)
+	for i := int64(0); i < n; i++ {
+		ops = append(ops, op(i))
+		if len(ops) == cap(ops) || i == n-1 {
+			if err := s.Commit(context.Background(), ops); err != nil {
+				b.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
+}
+
 // runCommitters runs b.N operations on exactly n goroutines and reports
 // throughput; op receives a unique sequence number.
 func runCommitters(b *testing.B, n int, op func(seq int64) error) {
@@ -133,16 +148,7 @@ func BenchmarkGet(b *testing.B) {
 	ctx := context.Background()
 	const n = 100_000
 	val := make([]byte, benchValLen)
-	ops := make([]kv.Op, 0, 1000)
-	for i := int64(0); i < n; i++ {
-		ops = append(ops, kv.Put(benchKey("get", i), val))
-		if len(ops) == cap(ops) {
-			if err := s.Commit(ctx, ops); err != nil {
-				b.Fatal(err)
-			}
-			ops = ops[:0]
-		}
-	}
+	commitEach(b, s, n, func(i int64) kv.Op { return kv.Put(benchKey("get", i), val) })
 	keys := make([][]byte, 4096)
 	for i := range keys {
 		keys[i] = benchKey("get", int64(i)*7919%n)
@@ -174,23 +180,8 @@ func BenchmarkScanBeforeDeletedRun(b *testing.B) {
 	ctx := context.Background()
 	val := make([]byte, benchValLen)
 	const deleted = 50_000
-	for _, del := range []bool{false, true} {
-		ops := make([]kv.Op, 0, 1000)
-		for i := int64(0); i < deleted; i++ {
-			k := benchKey("pods", i)
-			if del {
-				ops = append(ops, kv.Delete(k))
-			} else {
-				ops = append(ops, kv.Put(k, val))
-			}
-			if len(ops) == cap(ops) {
-				if err := s.Commit(ctx, ops); err != nil {
-					b.Fatal(err)
-				}
-				ops = ops[:0]
-			}
-		}
-	}
+	commitEach(b, s, deleted, func(i int64) kv.Op { return kv.Put(benchKey("pods", i), val) })
+	commitEach(b, s, deleted, func(i int64) kv.Op { return kv.Delete(benchKey("pods", i)) })
 	var ops []kv.Op
 	for i := int64(0); i < 10; i++ {
 		ops = append(ops, kv.Put(benchKey("nodes", i), val))
