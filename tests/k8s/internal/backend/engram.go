@@ -13,12 +13,14 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/host"
+	"github.com/engramkv/engram/plugins/badger"
 )
 
 const backendName = "engram"
 
 // BackendEnv selects Engram's storage engine for the suite: empty for the
-// built-in in-memory store, "wasm-memkv" for the memkv.wasm test plugin run
+// built-in in-memory store, "badger" for the default embedded engine on
+// disk, "wasm-memkv" for the memkv.wasm test plugin run
 // by the wasm host (its path in WasmEnv), so the whole suite also checks
 // Engram on a WebAssembly storage plugin, "wasm-postgres" for postgres.wasm
 // (its path in WasmEnv) on a throwaway PostgreSQL with a table per test
@@ -50,8 +52,21 @@ func startServer(t testing.TB) string {
 		opts.Store = st
 	case "tikv":
 		opts.Store = openTiKVStore(t)
+	case "badger":
+		// The default engine of `engram serve`, on disk with every write
+		// fsynced, one directory per test.
+		st, err := badger.Open(badger.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("opening badger: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
+				t.Errorf("closing badger: %v", err)
+			}
+		})
+		opts.Store = st
 	default:
-		t.Fatalf("%s=%q: unknown backend (want empty, wasm-memkv, wasm-postgres or tikv)", BackendEnv, b)
+		t.Fatalf("%s=%q: unknown backend (want empty, badger, wasm-memkv, wasm-postgres or tikv)", BackendEnv, b)
 	}
 	return servertest.Start(t, opts).Endpoint
 }
