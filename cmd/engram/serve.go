@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +35,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := newLogger(cfg.Log, stderr)
+	applyMemoryLimit(cfg.MemoryLimit, logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -40,6 +44,22 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// applyMemoryLimit sets the Go runtime's soft memory limit from the
+// memory-limit key, unless GOMEMLIMIT is set: the runtime has already applied
+// that, and an operator's environment should win over a built-in default.
+func applyMemoryLimit(limit int64, logger *slog.Logger) {
+	if env := os.Getenv("GOMEMLIMIT"); env != "" {
+		logger.Info("memory limit from GOMEMLIMIT; memory-limit ignored", "GOMEMLIMIT", env, "bytes", debug.SetMemoryLimit(-1))
+		return
+	}
+	if limit < 0 {
+		debug.SetMemoryLimit(math.MaxInt64)
+		return
+	}
+	debug.SetMemoryLimit(limit)
+	logger.Debug("memory limit set", "bytes", limit)
 }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {

@@ -33,6 +33,8 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			Logger:         logger,
 			GCInterval:     cfg.Storage.Badger.GCInterval,
 			BlockCacheSize: cfg.Storage.Badger.BlockCacheSize,
+			MemTableSize:   cfg.Storage.Badger.MemTableSize,
+			NumMemtables:   cfg.Storage.Badger.NumMemtables,
 		}
 		if !opts.InMemory {
 			// A subdirectory per engine leaves room beside it for files

@@ -69,6 +69,21 @@ const (
 	dataPrefix = 'd'
 
 	defaultBlockCacheSize = 64 << 20
+	// Badger's defaults (five 64 MiB memtables, four compactors) left 0.94
+	// GiB of live heap after loading a million 512-byte objects
+	// (bench/harness load, 2 cores): 83 MiB of skiplist arena per memtable
+	// and 0.75 GiB of table-builder buffers that badger's allocator pool
+	// keeps (up to 8 allocators, on the Go heap without jemalloc, each grown
+	// to the largest table it built). Three 16 MiB memtables and two
+	// compactors: 0.68-0.81 GiB live, the load 20-30% faster at the same CPU
+	// time. 8 MiB memtables were worse on both counts (L0 stalls, big
+	// L0->L0 merges: 1400 vs 4700 txns/s, 0.78 GiB live).
+	defaultMemTableSize = 16 << 20
+	defaultNumMemtables = 3
+	// numCompactors is badger's minimum (compactor 0 prioritises L0); its
+	// default of 4 runs more table builders at once than two cores can
+	// feed, and every builder leaves a buffer in the allocator pool.
+	numCompactors         = 2
 	defaultGCInterval     = 10 * time.Minute
 	defaultGCDiscardRatio = 0.5
 	// maxGCRounds bounds one GC pass, so Close never waits on a long GC.
@@ -98,6 +113,18 @@ type Options struct {
 	// BlockCacheSize bounds the cache of decompressed table blocks; 0 means
 	// 64 MiB.
 	BlockCacheSize int64
+	// MemTableSize is the size of one memtable; 0 means 16 MiB. Each
+	// memtable is a Go-heap arena of about 1.3 times this size, and the
+	// table builder that flushes it grows a buffer of about four times this
+	// size (raw and compressed blocks, in doubling steps) that badger's
+	// allocator pool keeps afterwards. It also caps one atomic Commit at 15%
+	// of it (badger's transaction limit; 2.4 MiB at 16 MiB, which still
+	// takes a 1.5 MiB etcd transaction of 128 puts).
+	MemTableSize int64
+	// NumMemtables is how many memtables (the one being written and those
+	// waiting to be flushed) may exist before writes wait for a flush; 0
+	// means 3.
+	NumMemtables int
 }
 
 // Store is the badger adaptor. It is safe for concurrent use.
@@ -151,6 +178,14 @@ func Open(opts Options) (*Store, error) {
 	if cache <= 0 {
 		cache = defaultBlockCacheSize
 	}
+	memtable := opts.MemTableSize
+	if memtable <= 0 {
+		memtable = defaultMemTableSize
+	}
+	memtables := opts.NumMemtables
+	if memtables <= 0 {
+		memtables = defaultNumMemtables
+	}
 	bo := badgerdb.DefaultOptions(opts.Dir).
 		WithInMemory(opts.InMemory).
 		// Every acknowledged Commit must survive a crash; the committer
@@ -168,6 +203,9 @@ func Open(opts Options) (*Store, error) {
 		// badger's 256 MiB default is too much for a small control plane.
 		WithCompression(options.Snappy).
 		WithBlockCacheSize(cache).
+		WithMemTableSize(memtable).
+		WithNumMemtables(memtables).
+		WithNumCompactors(numCompactors).
 		// Values up to the 1 MiB threshold live in the LSM tree, where
 		// compaction reclaims them; only rare huge values reach the value
 		// log, so it can use smaller files that GC can reclaim sooner.
