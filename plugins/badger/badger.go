@@ -74,11 +74,13 @@ const (
 	// (bench/harness load, 2 cores): 83 MiB of skiplist arena per memtable
 	// and 0.75 GiB of table-builder buffers that badger's allocator pool
 	// keeps (up to 8 allocators, on the Go heap without jemalloc, each grown
-	// to the largest table it built). Three 16 MiB memtables and two
-	// compactors: 0.68-0.81 GiB live, the load 20-30% faster at the same CPU
-	// time. 8 MiB memtables were worse on both counts (L0 stalls, big
-	// L0->L0 merges: 1400 vs 4700 txns/s, 0.78 GiB live).
-	defaultMemTableSize = 16 << 20
+	// to the largest table it built). 16 MiB memtables measured 0.68-0.81
+	// GiB live and loaded faster, but badger limits one transaction to 15%
+	// of a memtable, and 2.4 MiB refused a 5000-key DeleteRange (10001 ops,
+	// 4 MiB) that etcd takes in one revision; so the memtable stays at 64
+	// MiB (a 9.6 MiB transaction limit) and only their number drops: three
+	// are enough for one being written, one being flushed and one spare.
+	defaultMemTableSize = 64 << 20
 	defaultNumMemtables = 3
 	// numCompactors is badger's minimum (compactor 0 prioritises L0); its
 	// default of 4 runs more table builders at once than two cores can
@@ -113,13 +115,13 @@ type Options struct {
 	// BlockCacheSize bounds the cache of decompressed table blocks; 0 means
 	// 64 MiB.
 	BlockCacheSize int64
-	// MemTableSize is the size of one memtable; 0 means 16 MiB. Each
+	// MemTableSize is the size of one memtable; 0 means 64 MiB. Each
 	// memtable is a Go-heap arena of about 1.3 times this size, and the
 	// table builder that flushes it grows a buffer of about four times this
 	// size (raw and compressed blocks, in doubling steps) that badger's
 	// allocator pool keeps afterwards. It also caps one atomic Commit at 15%
-	// of it (badger's transaction limit; 2.4 MiB at 16 MiB, which still
-	// takes a 1.5 MiB etcd transaction of 128 puts).
+	// of it (badger's transaction limit; 9.6 MiB at 64 MiB, about 12000
+	// keys of one DeleteRange).
 	MemTableSize int64
 	// NumMemtables is how many memtables (the one being written and those
 	// waiting to be flushed) may exist before writes wait for a flush; 0

@@ -193,12 +193,12 @@ type Badger struct {
 	// bytes; 0 uses the engine's default (64 MiB).
 	BlockCacheSize int64 `koanf:"block-cache-size" help:"badger block cache in bytes (0 = engine default)"`
 	// MemTableSize is the size of one badger memtable, in bytes; 0 uses
-	// the engine's default (16 MiB). Each memtable costs about 1.3 times
+	// the engine's default (64 MiB). Each memtable costs about 1.3 times
 	// this in heap, and flushing one leaves a table-builder buffer of about
 	// twice this in badger's allocator pool, so it drives resident memory.
 	// One atomic commit is limited to 15% of it: raise it if commits fail
-	// with "batch too large" (a transaction near limits.max-request-bytes
-	// with many keys).
+	// with "batch too large" (at 64 MiB, a DeleteRange of about 12000
+	// keys is the most one revision can write; at 16 MiB, about 3000).
 	MemTableSize int64 `koanf:"memtable-size" help:"badger memtable size in bytes (0 = engine default); memory grows with it"`
 	// NumMemtables is how many memtables may be full and waiting for a
 	// flush before writes wait; 0 uses the engine's default (3).
@@ -310,7 +310,7 @@ func Default() Config {
 		Storage: Storage{Engine: EngineBadger, Badger: Badger{
 			GCInterval:     10 * time.Minute,
 			BlockCacheSize: 64 << 20,
-			MemTableSize:   16 << 20,
+			MemTableSize:   64 << 20,
 			NumMemtables:   3,
 		}, Wasm: Wasm{
 			PoolSize:    4,
@@ -331,11 +331,11 @@ func Default() Config {
 		Cluster:         Cluster{LeaseDuration: 5 * time.Second, RenewInterval: 1250 * time.Millisecond},
 		ShutdownTimeout: 5 * time.Second,
 		// Loading a million 512-byte objects into badger (bench/harness,
-		// 2 cores) leaves 0.7-0.9 GiB of live heap, mostly badger's pooled
-		// table-builder buffers; without a limit the heap and RSS reached
-		// 1.4 GiB. 1 GiB cut RSS to 0.97 GiB at no measurable CPU or
-		// throughput cost; 512 MiB (below the live heap) reached 0.8 GiB but
-		// doubled the server's CPU time and cost half the throughput.
+		// 2 cores) leaves 0.8-1.26 GiB of live heap (run to run), mostly
+		// badger's pooled table-builder buffers; with GOGC alone RSS reached
+		// 1.9 GiB. 1 GiB: RSS 0.81 GiB at the same load rate, but 50% more
+		// server CPU when the live heap nears the limit; 1.5 GiB: RSS 1.15
+		// GiB at no CPU cost; 512 MiB: doubled CPU, half the load rate.
 		MemoryLimit: 1 << 30,
 	}
 }
