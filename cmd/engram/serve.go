@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/KimMachineGun/automemlimit/memlimit"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
@@ -49,17 +50,29 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 // applyMemoryLimit sets the Go runtime's soft memory limit from the
 // memory-limit key, unless GOMEMLIMIT is set: the runtime has already applied
 // that, and an operator's environment should win over a built-in default.
+// 0 derives it from the cgroup (container) limit, else the machine's memory.
 func applyMemoryLimit(limit int64, logger *slog.Logger) {
 	if env := os.Getenv("GOMEMLIMIT"); env != "" {
 		logger.Info("memory limit from GOMEMLIMIT; memory-limit ignored", "GOMEMLIMIT", env, "bytes", debug.SetMemoryLimit(-1))
 		return
 	}
-	if limit < 0 {
+	switch {
+	case limit < 0:
 		debug.SetMemoryLimit(math.MaxInt64)
-		return
+	case limit == 0:
+		set, err := memlimit.Set(
+			memlimit.WithRatio(0.9),
+			memlimit.WithProvider(memlimit.ApplyFallback(memlimit.FromCgroup, memlimit.FromSystem)),
+		)
+		if err != nil {
+			logger.Warn("no automatic memory limit: cannot read the container's or machine's memory", "err", err)
+			return
+		}
+		logger.Debug("memory limit set automatically", "bytes", set)
+	default:
+		debug.SetMemoryLimit(limit)
+		logger.Debug("memory limit set", "bytes", limit)
 	}
-	debug.SetMemoryLimit(limit)
-	logger.Debug("memory limit set", "bytes", limit)
 }
 
 func newLogger(c config.Log, w io.Writer) *slog.Logger {

@@ -86,9 +86,11 @@ type Config struct {
 	// process nears it and returns freed memory to the OS, instead of
 	// letting the heap grow to twice its live size (GOGC=100). It is soft:
 	// a live heap above it is not an error, only more GC work (the runtime
-	// caps that at about half the CPU). A negative value disables it; the
-	// GOMEMLIMIT environment variable, when set, wins over this key.
-	MemoryLimit int64 `koanf:"memory-limit" help:"soft memory limit of the Go runtime in bytes (negative disables; GOMEMLIMIT wins)"`
+	// caps that at about half the CPU). 0 sets it to 90% of the memory
+	// limit of the process's cgroup (its container), or of the machine's
+	// memory outside one; a negative value disables it; the GOMEMLIMIT
+	// environment variable, when set, wins over this key.
+	MemoryLimit int64 `koanf:"memory-limit" help:"soft memory limit of the Go runtime in bytes (0 = 90% of the container's or machine's memory, negative disables; GOMEMLIMIT wins)"`
 }
 
 // Storage selects the storage engine.
@@ -330,13 +332,14 @@ func Default() Config {
 		Limits:          Limits{MaxRequestBytes: 1536 * 1024, MaxTxnOps: 128},
 		Cluster:         Cluster{LeaseDuration: 5 * time.Second, RenewInterval: 1250 * time.Millisecond},
 		ShutdownTimeout: 5 * time.Second,
-		// Loading a million 512-byte objects into badger (bench/harness,
-		// 2 cores) leaves 0.8-1.26 GiB of live heap (run to run), mostly
-		// badger's pooled table-builder buffers; with GOGC alone RSS reached
-		// 1.9 GiB. 1 GiB: RSS 0.81 GiB at the same load rate, but 50% more
-		// server CPU when the live heap nears the limit; 1.5 GiB: RSS 1.15
-		// GiB at no CPU cost; 512 MiB: doubled CPU, half the load rate.
-		MemoryLimit: 1 << 30,
+		// Automatic (90% of the container's or machine's memory) rather than
+		// a fixed size: a fixed limit below the live heap makes the collector
+		// run without pause. Loading a million 512-byte objects into badger
+		// (2 cores) leaves 0.8-1.26 GiB live, mostly badger's pooled
+		// table-builder buffers; a 1 GiB limit cut RSS from 2.0 to 0.79 GiB
+		// but cost +85% server CPU and -38% load rate during that load, and
+		// a cluster with more data would pay it all the time.
+		MemoryLimit: 0,
 	}
 }
 
@@ -505,9 +508,9 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		bad("shutdown-timeout", "must be positive, got %s", c.ShutdownTimeout)
 	}
-	if c.MemoryLimit >= 0 && c.MemoryLimit < 64<<20 {
+	if c.MemoryLimit > 0 && c.MemoryLimit < 64<<20 {
 		// 0 would make the collector run without pause.
-		bad("memory-limit", "must be at least 64 MiB (negative disables the limit), got %d", c.MemoryLimit)
+		bad("memory-limit", "must be 0 (automatic), at least 64 MiB, or negative (no limit), got %d", c.MemoryLimit)
 	}
 	return errors.Join(errs...)
 }

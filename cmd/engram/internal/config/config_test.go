@@ -238,6 +238,10 @@ func TestValidate(t *testing.T) {
 		{name: "http endpoint disabled", edit: func(c *Config) { c.HTTP.Listen = "" }},
 		{name: "periodic compaction", edit: func(c *Config) { c.Compaction = Compaction{Mode: "periodic", Retention: time.Hour} }},
 		{name: "watch lag limit disabled", edit: func(c *Config) { c.Watch.MaxLag = -1 }},
+		{name: "memory limit disabled", edit: func(c *Config) { c.MemoryLimit = -1 }},
+		{name: "memory limit set", edit: func(c *Config) { c.MemoryLimit = 2 << 30 }},
+		{name: "memory limit too small", edit: func(c *Config) { c.MemoryLimit = 1 << 20 },
+			wants: []string{"memory-limit", "at least 64 MiB"}},
 		{name: "tikv with TLS", edit: func(c *Config) {
 			c.Storage.Engine = EngineTiKV
 			c.DataDir = ""
