@@ -19,8 +19,8 @@ type watchServer struct {
 	s *Services
 }
 
-// Watch serves one bidirectional watch stream: many watchers, one ordered
-// outgoing queue. Each watcher's loop queues its own responses, so a slow
+// Watch serves one bidirectional watch stream: many watchers sending on it
+// one at a time. Each watcher's loop sends its own responses, so a slow
 // client slows only its own stream.
 func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -46,10 +46,10 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		}
 		return w.drained(role, w.s.forwardWatch(ctx, role, stream))
 	}
-	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, out: make(chan *pb.WatchResponse, 128), watchers: map[int64]*watch.Watcher{}}
+	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, endStream: cancel, stream: stream,
+		sendSlot: make(chan struct{}, 1), sendErr: make(chan error, 1), watchers: map[int64]*watch.Watcher{}}
 	defer ws.stopAll()
-	sendErr := make(chan error, 1)
-	go func() { sendErr <- ws.sendLoop(stream) }()
+	sendErr := ws.sendErr
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- ws.recvLoop(stream) }()
 	select {
@@ -87,10 +87,19 @@ func (w *watchServer) drained(role *Role, err error) error {
 }
 
 type watchStream struct {
-	s   *Services
-	hub *watch.Hub
-	ctx context.Context
-	out chan *pb.WatchResponse
+	s         *Services
+	hub       *watch.Hub
+	ctx       context.Context
+	endStream context.CancelFunc
+	stream    pb.Watch_WatchServer
+	// sendSlot admits one Send at a time (gRPC allows no concurrent
+	// SendMsg on a stream). Watchers send themselves rather than through
+	// a sender goroutine: an event then reaches the transport without a
+	// second goroutine hand-off per watcher, which with 100 watchers on a
+	// key range was most of the delivery latency's tail.
+	sendSlot chan struct{}
+	// sendErr receives the first failed Send, which ends the stream.
+	sendErr chan error
 
 	mu       sync.Mutex
 	watchers map[int64]*watch.Watcher
@@ -100,29 +109,30 @@ type watchStream struct {
 	progressTarget int64
 }
 
-func (ws *watchStream) sendLoop(stream pb.Watch_WatchServer) error {
-	for {
-		select {
-		case <-ws.ctx.Done():
-			return nil
-		case resp := <-ws.out:
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// send queues resp; it gives up when ctx (a watcher's or the stream's) ends.
+// send writes resp to the stream once no other send is in progress; it
+// gives up waiting when ctx (a watcher's or the stream's) ends. Responses of
+// one watcher keep their order because each watcher sends from its own loop.
 func (ws *watchStream) send(ctx context.Context, resp *pb.WatchResponse) error {
 	select {
-	case ws.out <- resp:
-		return nil
+	case ws.sendSlot <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-ws.ctx.Done():
 		return ws.ctx.Err()
 	}
+	defer func() { <-ws.sendSlot }()
+	if err := ws.ctx.Err(); err != nil {
+		return err // the stream is ending: the handler may have returned
+	}
+	if err := ws.stream.Send(resp); err != nil {
+		select {
+		case ws.sendErr <- err:
+		default:
+		}
+		ws.endStream()
+		return err
+	}
+	return nil
 }
 
 func (ws *watchStream) recvLoop(stream pb.Watch_WatchServer) error {
