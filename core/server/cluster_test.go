@@ -157,18 +157,29 @@ func TestClusterFailover(t *testing.T) {
 		last := int64(1)
 		for ctx.Err() == nil {
 			wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-			for wr := range cl.Watch(wctx, "/load/", clientv3.WithPrefix(), clientv3.WithRev(last+1)) {
-				if wr.Err() != nil {
-					break
-				}
-				for _, ev := range wr.Events {
-					revs = append(revs, ev.Kv.ModRevision)
-					last = ev.Kv.ModRevision
-				}
+			wch := cl.Watch(wctx, "/load/", clientv3.WithPrefix(), clientv3.WithRev(last+1))
+			// Once the writers stopped, the watch ends when it has been
+			// quiet for a second: the last events may have arrived before
+			// stop, and then no response follows them.
+			stopped, quiet := stop, (<-chan time.Time)(nil)
+		receive:
+			for {
 				select {
-				case <-stop:
-					wcancel()
-				default:
+				case wr, ok := <-wch:
+					if !ok || wr.Err() != nil {
+						break receive
+					}
+					for _, ev := range wr.Events {
+						revs = append(revs, ev.Kv.ModRevision)
+						last = ev.Kv.ModRevision
+					}
+					if stopped == nil {
+						quiet = time.After(time.Second)
+					}
+				case <-stopped:
+					stopped, quiet = nil, time.After(time.Second)
+				case <-quiet:
+					break receive
 				}
 			}
 			wcancel()
