@@ -127,6 +127,17 @@ type Options struct {
 	// waiting to be flushed) may exist before writes wait for a flush; 0
 	// means 3.
 	NumMemtables int
+	// ConditionCacheEntries bounds how many recently written keys the
+	// committer remembers to check conditions without reading badger
+	// (condcache.go); 0 means 131072 (about 25 MiB), negative disables it.
+	ConditionCacheEntries int
+}
+
+func condEntries(n int) int {
+	if n == 0 {
+		return defaultCondCacheEntries
+	}
+	return n // negative: newCondCache returns nil
 }
 
 // Store is the badger adaptor. It is safe for concurrent use.
@@ -147,6 +158,9 @@ type Store struct {
 	// engine after it is closed.
 	gate   sync.RWMutex
 	closed bool
+
+	// conds is owned by the committer goroutine (see condcache.go).
+	conds *condCache
 
 	reqs          chan *commitReq
 	committerDone chan struct{}
@@ -229,6 +243,7 @@ func Open(opts Options) (*Store, error) {
 		maxTxnCount:    db.MaxBatchCount(),
 		valueThreshold: bo.ValueThreshold,
 		reqs:           make(chan *commitReq, queueDepth),
+		conds:          newCondCache(condEntries(opts.ConditionCacheEntries)),
 		committerDone:  make(chan struct{}),
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),

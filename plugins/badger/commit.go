@@ -181,7 +181,7 @@ func (s *Store) tryGroup(members []*commitReq) int {
 	writes := 0
 	for i, r := range members {
 		r.result = nil
-		conflict, err := checkConditions(txn, r.ops)
+		conflict, err := checkConditions(txn, r.ops, s.conds)
 		if err != nil {
 			r.result = fmt.Errorf("badger: commit not applied: %w", err)
 			continue
@@ -192,8 +192,10 @@ func (s *Store) tryGroup(members []*commitReq) int {
 		}
 		if err := applyOps(txn, r.ops); err != nil {
 			r.result = fmt.Errorf("badger: commit not applied: %w", err)
+			s.conds.discard()
 			return i
 		}
+		s.conds.wrote(r.ops)
 		writes++
 	}
 	var err error
@@ -201,6 +203,7 @@ func (s *Store) tryGroup(members []*commitReq) int {
 		err = txn.Commit()
 		s.stats.groups.Add(1)
 	}
+	s.conds.settle(err == nil)
 	for _, r := range members {
 		switch {
 		case err != nil && (r.result == nil || isConflict(r.result)):
@@ -243,9 +246,12 @@ func commitError(err error) error {
 // which holds the committed state plus the earlier batches of the group.
 // Keys are distinct within a batch, so checking before applying any of the
 // batch's own writes is exact.
-func checkConditions(txn *badgerdb.Txn, ops []kv.Op) (*kv.ConflictError, error) {
+//
+// conds, when it proves a condition true from what the committer last wrote,
+// saves the read; everything else is read from txn.
+func checkConditions(txn *badgerdb.Txn, ops []kv.Op, conds *condCache) (*kv.ConflictError, error) {
 	for i, op := range ops {
-		if !op.Kind.Conditional() {
+		if !op.Kind.Conditional() || conds.holds(op) {
 			continue
 		}
 		item, err := txn.Get(dataKey(op.Key))
