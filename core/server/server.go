@@ -302,6 +302,11 @@ func (s *Server) Close(ctx context.Context) error {
 	}
 }
 
+// streamWorkers sizes the gRPC worker pool for a few hundred concurrent
+// calls, kube-apiserver's usual in-flight load; idle workers cost only
+// their stacks (tens of KiB each).
+const streamWorkers = 256
+
 // GRPCServerOptions returns the grpc.ServerOptions an etcd-compatible server
 // needs: message size limits as etcd's, keepalive enforcement that accepts
 // kube-apiserver's 30 s client pings, and TLS credentials when tlsConfig is
@@ -320,6 +325,12 @@ func GRPCServerOptions(opts Options, tlsConfig *tls.Config) []grpc.ServerOption 
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
+		// Calls run on a pool of goroutines that keep the stacks they
+		// grew, instead of a fresh goroutine per call growing its stack
+		// again: stack growth was 8% of the server's CPU under the
+		// delete workload, 2% with the pool. Calls beyond the pool (and
+		// long-lived watch streams) still get their own goroutine.
+		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if tlsConfig != nil {
 		out = append(out, grpc.Creds(credentials.NewTLS(tlsConfig)))
