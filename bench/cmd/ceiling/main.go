@@ -48,6 +48,9 @@ func run() error {
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(math.MaxUint32),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		// Engram serves calls on a pool of stream workers (core/server);
+		// the ceiling gets the same, so it stays the bound.
+		grpc.NumStreamWorkers(256),
 	)
 	ceiling.New(opts).Register(gs)
 
