@@ -22,7 +22,9 @@
 // current revision (nearly every read) scans revision keys only and needs no
 // second lookup for values, a point read is one Get, and no value is stored
 // twice. A read at an older revision falls back to history for keys changed
-// since.
+// since. On the writing node, recently used revision-key records are also
+// cached in memory (latest.go), so point reads and the writer's checks of
+// compares and CASes usually need no engine lookup.
 //
 // # Invariants
 //

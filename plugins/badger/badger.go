@@ -19,7 +19,9 @@
 // order against the transaction's state, so each batch sees the batches
 // before it; a batch whose condition fails contributes nothing and does not
 // affect the others. Because there is a single writer, badger's optimistic
-// conflict detection is switched off and ErrConflict cannot occur.
+// conflict detection is switched off and ErrConflict cannot occur. For the
+// same reason the committer can prove most conditions from digests of what
+// it last wrote, without reading badger (condcache.go).
 //
 // # Reads
 //
@@ -27,6 +29,9 @@
 // the newest completed commit. An iterator pins its snapshot (and the
 // versions and value-log files it needs) until it is exhausted or closed; a
 // forgotten iterator delays compaction and value-log GC until Close.
+// Forward scans read every version and apply the tombstone rules
+// themselves, so that they stop at their end instead of walking a run of
+// deleted keys behind it (iterator.go).
 package badger
 
 import (
