@@ -28,6 +28,17 @@ func benchKey(prefix string, i int64) []byte {
 	return k
 }
 
+// openBench opens a store on disk, closed when the benchmark ends.
+func openBench(b *testing.B) *Store {
+	b.Helper()
+	s, err := Open(Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // commitEach commits op(0) .. op(n-1) in batches of 1000.
 func commitEach(b *testing.B, s *Store, n int64, op func(i int64) kv.Op) {
 	b.Helper()
@@ -140,11 +151,7 @@ func BenchmarkBaseline(b *testing.B) {
 }
 
 func BenchmarkGet(b *testing.B) {
-	s, err := Open(Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBench(b)
 	ctx := context.Background()
 	const n = 100_000
 	val := make([]byte, benchValLen)
@@ -172,11 +179,7 @@ func BenchmarkGet(b *testing.B) {
 // just deleted, or compaction reading one key's history next to compacted
 // history. The cost must stay that of 10 keys, not of the deleted run.
 func BenchmarkScanBeforeDeletedRun(b *testing.B) {
-	s, err := Open(Options{Dir: b.TempDir()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
+	s := openBench(b)
 	ctx := context.Background()
 	val := make([]byte, benchValLen)
 	const deleted = 50_000
