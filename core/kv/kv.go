@@ -58,6 +58,7 @@
 package kv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -200,6 +201,33 @@ type Op struct {
 	// Expected is the value that must be present for OpCompareAndSwap and
 	// OpCompareAndDelete.
 	Expected []byte
+}
+
+// Holds reports whether op's condition is true of a key that exists with
+// value current (exists false: absent). Ops without a condition always hold.
+// Every adaptor judges conditions by this one rule.
+func (op Op) Holds(current []byte, exists bool) bool {
+	switch op.Kind {
+	case OpPutIfAbsent:
+		return !exists
+	case OpCompareAndSwap, OpCompareAndDelete:
+		return exists && bytes.Equal(current, op.Expected)
+	}
+	return true
+}
+
+// Conflict returns the ConflictError for op, the index-th op of its batch,
+// failing against current (exists false: absent). It copies the key and the
+// value, so callers may pass engine buffers.
+func (op Op) Conflict(index int, current []byte, exists bool) *ConflictError {
+	c := &ConflictError{Index: index, Key: bytes.Clone(op.Key), Exists: exists}
+	if exists {
+		c.Current = bytes.Clone(current)
+		if c.Current == nil {
+			c.Current = []byte{}
+		}
+	}
+	return c
 }
 
 // Put returns an unconditional write.

@@ -1,7 +1,6 @@
 package badger
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -255,37 +254,28 @@ func checkConditions(txn *badgerdb.Txn, ops []kv.Op, conds *condCache) (*kv.Conf
 			continue
 		}
 		item, err := txn.Get(dataKey(op.Key))
-		exists := true
 		if errors.Is(err, badgerdb.ErrKeyNotFound) {
-			exists = false
+			if !op.Holds(nil, false) {
+				return op.Conflict(i, nil, false), nil
+			}
+			continue
 		} else if err != nil {
 			return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
 		}
-		var holds bool
-		switch op.Kind {
-		case kv.OpPutIfAbsent:
-			holds = !exists
-		default: // CompareAndSwap, CompareAndDelete
-			if exists {
-				err = item.Value(func(v []byte) error {
-					holds = bytes.Equal(v, op.Expected)
-					return nil
-				})
-				if err != nil {
-					return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
-				}
+		// The value is compared in place; only a conflict copies it.
+		var c *kv.ConflictError
+		err = item.Value(func(v []byte) error {
+			if !op.Holds(v, true) {
+				c = op.Conflict(i, v, true)
 			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
 		}
-		if holds {
-			continue
+		if c != nil {
+			return c, nil
 		}
-		c := &kv.ConflictError{Index: i, Key: clone(op.Key), Exists: exists}
-		if exists {
-			if c.Current, err = item.ValueCopy(nil); err != nil {
-				return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
-			}
-		}
-		return c, nil
 	}
 	return nil, nil
 }

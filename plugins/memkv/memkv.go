@@ -87,20 +87,8 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		if !op.Kind.Conditional() {
 			continue
 		}
-		cur, exists := lookup(root, op.Key)
-		var ok bool
-		switch op.Kind {
-		case kv.OpPutIfAbsent:
-			ok = !exists
-		default: // CompareAndSwap, CompareAndDelete
-			ok = exists && bytes.Equal(cur, op.Expected)
-		}
-		if !ok {
-			c := &kv.ConflictError{Index: i, Key: append([]byte{}, op.Key...), Exists: exists}
-			if exists {
-				c.Current = append([]byte{}, cur...)
-			}
-			return c
+		if cur, exists := lookup(root, op.Key); !op.Holds(cur, exists) {
+			return op.Conflict(i, cur, exists)
 		}
 	}
 	t := tree{root: root, tok: new(token)}

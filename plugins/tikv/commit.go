@@ -1,7 +1,6 @@
 package tikv
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -247,21 +246,9 @@ func checkConditions(ctx context.Context, txn *transaction.KVTxn, ops []kv.Op, m
 				return nil, fmt.Errorf("op %d: read %q: %w", i, op.Key, err)
 			}
 		}
-		var holds bool
-		switch op.Kind {
-		case kv.OpPutIfAbsent:
-			holds = !exists
-		default: // CompareAndSwap, CompareAndDelete
-			holds = exists && bytes.Equal(v, op.Expected)
+		if !op.Holds(v, exists) {
+			return op.Conflict(i, v, exists), nil
 		}
-		if holds {
-			continue
-		}
-		c := &kv.ConflictError{Index: i, Key: bytes.Clone(op.Key), Exists: exists}
-		if exists {
-			c.Current = bytes.Clone(v)
-		}
-		return c, nil
 	}
 	return nil, nil
 }
