@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -245,36 +244,14 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]int64{}
-	var revs []int64
-	for _, kv := range list.Kvs {
-		have[string(kv.Key)] = kv.ModRevision
-		revs = append(revs, kv.ModRevision)
-	}
-	mu.Lock()
-	for k, rev := range acked {
-		if have[k] != rev {
-			t.Errorf("acknowledged %s at revision %d, store has %d", k, rev, have[k])
-		}
-	}
-	t.Logf("%d acknowledged writes, %d keys, head revision %d", len(acked), len(have), list.Header.Revision)
-	mu.Unlock()
-	sort.Slice(revs, func(i, j int) bool { return revs[i] < revs[j] })
-	for i, r := range revs {
-		if r != int64(i+2) {
-			t.Fatalf("revisions not dense: position %d holds %d", i, r)
-		}
-	}
+	revs := servertest.CheckLoad(t, list.Kvs, &mu, acked)
+	t.Logf("%d keys, head revision %d", len(revs), list.Header.Revision)
 	if int64(len(revs)+1) != list.Header.Revision {
 		t.Fatalf("head revision %d after %d writes", list.Header.Revision, len(revs))
 	}
 	// The watcher saw each revision once, in order, across both failovers.
 	got := <-watched
-	for i, r := range got {
-		if r != int64(i+2) {
-			t.Fatalf("watcher: event %d has revision %d (gap or duplicate); saw %d events", i, r, len(got))
-		}
-	}
+	servertest.CheckWatched(t, got)
 	if len(got) < len(revs)*9/10 {
 		t.Fatalf("watcher saw %d of %d events before stopping", len(got), len(revs))
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/pgtest"
 )
 
@@ -175,31 +175,9 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]int64{}
-	var revs []int64
-	for _, kv := range list.Kvs {
-		have[string(kv.Key)] = kv.ModRevision
-		revs = append(revs, kv.ModRevision)
-	}
-	mu.Lock()
-	for k, rev := range acked {
-		if have[k] != rev {
-			t.Errorf("acknowledged %s at revision %d; the store has %d", k, rev, have[k])
-		}
-	}
-	mu.Unlock()
-	sort.Slice(revs, func(i, j int) bool { return revs[i] < revs[j] })
-	for i, r := range revs {
-		if r != int64(i+2) {
-			t.Fatalf("revisions not dense: position %d holds %d", i, r)
-		}
-	}
+	revs := servertest.CheckLoad(t, list.Kvs, &mu, acked)
 	got := <-seen
-	for i, r := range got {
-		if r != int64(i+2) {
-			t.Fatalf("watcher: event %d at revision %d (gap or duplicate)", i, r)
-		}
-	}
+	servertest.CheckWatched(t, got)
 	if len(got) < len(revs)/2 {
 		t.Fatalf("watcher saw %d of %d events", len(got), len(revs))
 	}
