@@ -119,6 +119,9 @@ type Options struct {
 	// latest.go); 0 means 64 MiB, a negative value disables it. A ReadOnly
 	// backend has none.
 	LatestCacheBytes int64
+	// TempDir is where HashKV and snapshots spill sorted runs when the
+	// history does not fit their memory budget; "" means os.TempDir().
+	TempDir string
 }
 
 // Backend is the MVCC store. All methods are safe for concurrent use.
@@ -144,6 +147,7 @@ type Backend struct {
 	counts           *countCache
 	latest           *latestCache // nil on followers or when disabled
 	barrier          readBarrier
+	tempDir          string
 
 	reqs   chan *request
 	stopCh chan struct{}
@@ -172,6 +176,9 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		// Well inside badger's per-transaction limit (~9.6 MB by default).
 		opts.MaxGroupBytes = 4 << 20
 	}
+	if err := checkImportRecord(ctx, opts.Store); err != nil {
+		return nil, err
+	}
 	rev, err := tso.Recover(ctx, opts.Store)
 	if err != nil {
 		return nil, err
@@ -189,6 +196,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		fence:            opts.Fence,
 		readOnly:         opts.ReadOnly,
 		counts:           newCountCache(1 << 20),
+		tempDir:          opts.TempDir,
 	}
 	if !opts.ReadOnly && opts.LatestCacheBytes >= 0 {
 		size := opts.LatestCacheBytes

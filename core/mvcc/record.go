@@ -10,7 +10,11 @@ import (
 // header of the latest version; each object key holds its version's header
 // followed by the value, so a read at a past revision needs nothing else.
 type header struct {
-	modRev    int64
+	modRev int64
+	// sub is the version's index among the changes of its revision (etcd's
+	// sub revision). Nothing in Engram's own layout needs it; etcd's
+	// snapshot file and HashKV name every version by (modRev, sub).
+	sub       int64
 	createRev int64
 	version   int64
 	lease     int64
@@ -18,34 +22,46 @@ type header struct {
 }
 
 const (
-	recordFormat  = 1
+	// recordFormat is the format of change-log and lease records, and of
+	// version records written before sub revisions were kept.
+	recordFormat = 1
+	// versionFormat is the format of version records: recordFormat's
+	// header plus the sub revision.
+	versionFormat = 2
 	flagTombstone = 1 << 0
 )
 
 var errBadRecord = errors.New("mvcc: malformed record")
 
 // maxHeaderLen is the longest header appendHeader writes.
-const maxHeaderLen = 2 + 4*binary.MaxVarintLen64
+const maxHeaderLen = 2 + 5*binary.MaxVarintLen64
 
-// appendHeader encodes h: a format byte, a flags byte and four uvarints.
+// appendHeader encodes h: a format byte, a flags byte and five uvarints
+// (the sub revision last; usually 0, so one byte).
 func appendHeader(dst []byte, h header) []byte {
 	var flags byte
 	if h.tombstone {
 		flags |= flagTombstone
 	}
-	dst = append(dst, recordFormat, flags)
+	dst = append(dst, versionFormat, flags)
 	dst = binary.AppendUvarint(dst, uint64(h.modRev))
 	dst = binary.AppendUvarint(dst, uint64(h.createRev))
 	dst = binary.AppendUvarint(dst, uint64(h.version))
 	dst = binary.AppendUvarint(dst, uint64(h.lease))
+	dst = binary.AppendUvarint(dst, uint64(h.sub))
 	return dst
 }
 
 // encodeObject encodes a version record: header then value.
 func encodeObject(h header, value []byte) []byte {
-	dst := appendHeader(make([]byte, 0, 2+4*5+len(value)), h)
+	dst := appendHeader(make([]byte, 0, 2+5*5+len(value)), h)
 	return append(dst, value...)
 }
+
+// subUnknown marks a header decoded from a record written before sub
+// revisions were kept (recordFormat); export then takes the sub revision
+// from the change log while it still holds the version's revision.
+const subUnknown = -1
 
 // decodeHeader decodes a header and returns the bytes after it (the value of
 // an object record).
@@ -54,13 +70,19 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	if len(b) < 2 {
 		return h, nil, fmt.Errorf("%w: %d bytes", errBadRecord, len(b))
 	}
-	if b[0] != recordFormat {
+	if b[0] != recordFormat && b[0] != versionFormat {
 		return h, nil, fmt.Errorf("%w: unknown format %d", errBadRecord, b[0])
 	}
+	format := b[0]
 	h.tombstone = b[1]&flagTombstone != 0
 	b = b[2:]
-	fields := [4]*int64{&h.modRev, &h.createRev, &h.version, &h.lease}
-	for i, f := range fields {
+	fields := [5]*int64{&h.modRev, &h.createRev, &h.version, &h.lease, &h.sub}
+	count := len(fields)
+	if format == recordFormat {
+		count--
+		h.sub = subUnknown
+	}
+	for i, f := range fields[:count] {
 		v, n := binary.Uvarint(b)
 		if n <= 0 {
 			return h, nil, fmt.Errorf("%w: field %d", errBadRecord, i)

@@ -806,6 +806,8 @@ func (g *group) record(key []byte, s *keyState, h header, value []byte, prev *mv
 		// delete and this write must see the key deleted) moves to history.
 		g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
 	}
+	// etcd numbers the changes of a transaction from 0 in execution order.
+	h.sub = int64(len(g.changes))
 	s.cur, s.exists, s.dirty, s.value, s.deleteRevKey = h, true, true, value, false
 	c := change{deleted: h.tombstone, key: key}
 	if prev != nil {

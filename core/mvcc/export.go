@@ -1,0 +1,364 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/kv"
+)
+
+// Export reads the store as the key bucket of an etcd backend that was
+// compacted at the current compacted revision C and is at revision rev
+// (0 = the current revision): every version above C up to rev, tombstones
+// included; each key's latest version at or below C while it is live; and
+// the deletes at exactly C (etcd 3.6's compaction keeps those). That is
+// what an etcd snapshot holds, what HashKV hashes, and all a restored store
+// needs to serve reads and watches from C on.
+//
+// Rows come key by key, each key's versions in revision order, not in
+// revision order overall (package etcdfmt's Sorter puts them in order). A
+// key's latest version at or below rev has Latest set when it is exported.
+// The fn's *Entry is reused after fn returns.
+//
+// The read is consistent: it pins C, so physical compaction cannot remove
+// what it reads, and it reads the latest records before history, so a
+// version that a concurrent write moves into history is seen in one place or
+// both (and deduplicated), never in neither.
+func (b *Backend) Export(ctx context.Context, rev int64, fn func(*etcdfmt.Entry) error) (ExportInfo, error) {
+	if b.closed.Load() {
+		return ExportInfo{}, ErrClosed
+	}
+	cur, compact, unpin, err := b.pinCompacted(ctx)
+	if err != nil {
+		return ExportInfo{}, err
+	}
+	defer unpin()
+	if rev > cur {
+		return ExportInfo{}, ErrFutureRev
+	}
+	if rev <= 0 {
+		rev = cur
+	}
+	if rev < compact {
+		return ExportInfo{}, ErrCompacted
+	}
+	x := exporter{b: b, rev: rev, compact: compact, fn: fn}
+	if err := x.deletesAtCompact(ctx); err != nil {
+		return ExportInfo{}, err
+	}
+	if err := x.keys(ctx); err != nil {
+		return ExportInfo{}, err
+	}
+	leases, err := b.storedLeases(ctx)
+	if err != nil {
+		return ExportInfo{}, err
+	}
+	return ExportInfo{Rev: rev, CurrentRev: cur, CompactRev: compact, Rows: x.rows, Leases: leases}, nil
+}
+
+// ExportInfo describes one export.
+type ExportInfo struct {
+	// Rev is the revision exported; CurrentRev the store's revision when
+	// the export started; CompactRev the compacted revision (0: never).
+	Rev, CurrentRev, CompactRev int64
+	// Rows is the number of rows exported.
+	Rows int64
+	// Leases are the leases stored when the export finished.
+	Leases []etcdfmt.Lease
+}
+
+// pinCompacted pins the compacted revision for a read of all history that
+// compaction keeps, retrying if a compaction moves it meanwhile.
+func (b *Backend) pinCompacted(ctx context.Context) (cur, compact int64, unpin func(), err error) {
+	for {
+		cur, compact, err = b.readRevisions(ctx)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		unpin, err = b.pin(compact)
+		if errors.Is(err, ErrCompacted) {
+			continue
+		}
+		return cur, compact, unpin, err
+	}
+}
+
+type exporter struct {
+	b            *Backend
+	rev, compact int64
+	fn           func(*etcdfmt.Entry) error
+	row          etcdfmt.Entry
+	rows         int64
+	// subs caches the last change-log record read to find the sub revision
+	// of a version written before sub revisions were recorded.
+	subsRev int64
+	subs    map[string]int64
+}
+
+func (x *exporter) emit(e *etcdfmt.Entry) error {
+	x.rows++
+	return x.fn(e)
+}
+
+// deletesAtCompact exports the deletes of revision compact.
+func (x *exporter) deletesAtCompact(ctx context.Context) error {
+	if x.compact <= 1 {
+		return nil
+	}
+	raw, err := x.b.store.Get(ctx, coder.EventKey(x.compact))
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return storageErr("read change log", err)
+	}
+	cs, err := decodeChanges(raw)
+	if err != nil {
+		return err
+	}
+	for i, c := range cs {
+		if !c.deleted {
+			continue
+		}
+		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: x.compact, Sub: int64(i)}, Tombstone: true}
+		x.row.KV.Key, x.row.KV.ModRevision = c.key, x.compact
+		if err := x.emit(&x.row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// keys walks the latest records and history side by side, key by key. The
+// latest records' snapshot is taken first (see Export).
+func (x *exporter) keys(ctx context.Context) error {
+	latest, err := openCursor(ctx, x.b.store, coder.SpaceRevision)
+	if err != nil {
+		return err
+	}
+	defer latest.close()
+	hist, err := openCursor(ctx, x.b.store, coder.SpaceObject)
+	if err != nil {
+		return err
+	}
+	defer hist.close()
+	var versions []version
+	for {
+		lk, lok, err := latest.peekKey(ctx)
+		if err != nil {
+			return err
+		}
+		hk, hok, err := hist.peekKey(ctx)
+		if err != nil {
+			return err
+		}
+		if !lok && !hok {
+			return nil
+		}
+		var key []byte
+		switch {
+		case !hok || lok && bytes.Compare(lk, hk) <= 0:
+			key = lk
+		default:
+			key = hk
+		}
+		key = append([]byte(nil), key...)
+		versions = versions[:0]
+		for {
+			k, ok, err := hist.peekKey(ctx)
+			if err != nil {
+				return err
+			}
+			if !ok || !bytes.Equal(k, key) {
+				break
+			}
+			v, err := hist.takeVersion()
+			if err != nil {
+				return err
+			}
+			versions = append(versions, v)
+		}
+		if k, ok, _ := latest.peekKey(ctx); ok && bytes.Equal(k, key) {
+			v, err := latest.takeVersion()
+			if err != nil {
+				return err
+			}
+			// The latest record may also be in history already (moved
+			// there after the snapshot of latest records was taken).
+			if n := len(versions); n == 0 || versions[n-1].hdr.modRev < v.hdr.modRev {
+				versions = append(versions, v)
+			}
+		}
+		if err := x.key(ctx, key, versions); err != nil {
+			return err
+		}
+	}
+}
+
+// key exports one key's versions (ascending, deduplicated).
+func (x *exporter) key(ctx context.Context, key []byte, versions []version) error {
+	// Only versions up to rev exist for this export.
+	n := len(versions)
+	for n > 0 && versions[n-1].hdr.modRev > x.rev {
+		n--
+	}
+	versions = versions[:n]
+	// Versions before the latest one at or below C are compacted.
+	first := 0
+	for i, v := range versions {
+		if v.hdr.modRev <= x.compact {
+			first = i
+		}
+	}
+	for i := first; i < len(versions); i++ {
+		v := versions[i]
+		if v.hdr.modRev <= x.compact && v.hdr.tombstone {
+			// Compacted: a delete at or below C is not kept, except
+			// at exactly C, which deletesAtCompact exported.
+			continue
+		}
+		sub, err := x.sub(ctx, key, v.hdr)
+		if err != nil {
+			return err
+		}
+		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: v.hdr.modRev, Sub: sub}, Tombstone: v.hdr.tombstone, Latest: i == len(versions)-1}
+		x.row.KV.Key, x.row.KV.ModRevision = key, v.hdr.modRev
+		if !v.hdr.tombstone {
+			x.row.KV.CreateRevision, x.row.KV.Version, x.row.KV.Lease, x.row.KV.Value = v.hdr.createRev, v.hdr.version, v.hdr.lease, v.value
+		}
+		if err := x.emit(&x.row); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sub returns a version's sub revision. Versions written before sub
+// revisions were recorded take it from the change log, which still holds
+// every revision from the compacted one on; older ones are taken as 0 (a
+// collision then shows up as a duplicate revision when the rows are sorted).
+func (x *exporter) sub(ctx context.Context, key []byte, h header) (int64, error) {
+	if h.sub != subUnknown {
+		return h.sub, nil
+	}
+	if h.modRev < x.compact {
+		return 0, nil
+	}
+	if x.subsRev != h.modRev {
+		raw, err := x.b.store.Get(ctx, coder.EventKey(h.modRev))
+		if err != nil {
+			return 0, storageErr(fmt.Sprintf("read change log at %d", h.modRev), err)
+		}
+		cs, err := decodeChanges(raw)
+		if err != nil {
+			return 0, err
+		}
+		x.subsRev, x.subs = h.modRev, make(map[string]int64, len(cs))
+		for i, c := range cs {
+			x.subs[string(c.key)] = int64(i)
+		}
+	}
+	return x.subs[string(key)], nil
+}
+
+// storedLeases reads the leases from the store (a follower's lessor is
+// empty, so the store is the one source every node agrees on).
+func (b *Backend) storedLeases(ctx context.Context) ([]etcdfmt.Lease, error) {
+	var out []etcdfmt.Lease
+	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
+		id, err := coder.DecodeLeaseKey(p.Key)
+		if err != nil {
+			return err
+		}
+		ttl, err := decodeLease(p.Value)
+		if err != nil {
+			return err
+		}
+		out = append(out, etcdfmt.Lease{ID: id, TTL: ttl})
+		return nil
+	})
+	if err != nil {
+		return nil, storageErr("scan leases", err)
+	}
+	return out, nil
+}
+
+// version is one decoded version record.
+type version struct {
+	hdr   header
+	value []byte
+}
+
+// cursor walks one space of the store with one snapshot iterator, decoding
+// the etcd key of each record so two spaces can be merged by key.
+type cursor struct {
+	space coder.Space
+	it    kv.Iterator
+	batch []kv.Pair
+	pos   int
+	done  bool
+	// key and rev are the decoded current record's etcd key and, for
+	// object keys, revision.
+	key     []byte
+	rev     int64
+	decoded bool
+}
+
+func openCursor(ctx context.Context, s kv.Store, space coder.Space) (*cursor, error) {
+	it, err := s.Scan(ctx, kv.ScanOptions{Start: coder.Prefix(space), End: coder.SpaceEnd(space), BatchSize: 1024})
+	if err != nil {
+		return nil, storageErr("scan", err)
+	}
+	return &cursor{space: space, it: it}, nil
+}
+
+func (c *cursor) close() { _ = c.it.Close() }
+
+// peekKey returns the etcd key of the current record; ok is false at the end.
+func (c *cursor) peekKey(ctx context.Context) ([]byte, bool, error) {
+	for !c.done && c.pos >= len(c.batch) {
+		b, err := c.it.Next(ctx)
+		if err != nil {
+			return nil, false, storageErr("scan", err)
+		}
+		c.batch, c.pos, c.decoded = b, 0, false
+		c.done = len(b) == 0
+	}
+	if c.done {
+		return nil, false, nil
+	}
+	if !c.decoded {
+		var err error
+		if c.space == coder.SpaceObject {
+			c.key, c.rev, err = coder.DecodeObjectKey(c.batch[c.pos].Key)
+		} else {
+			c.key, err = coder.DecodeRevisionKey(c.batch[c.pos].Key)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		c.decoded = true
+	}
+	return c.key, true, nil
+}
+
+// takeVersion decodes the current record and moves past it. Call it only
+// after peekKey returned ok.
+func (c *cursor) takeVersion() (version, error) {
+	p := c.batch[c.pos]
+	c.pos++
+	c.decoded = false
+	h, val, err := decodeHeader(p.Value)
+	if err != nil {
+		return version{}, err
+	}
+	if c.space == coder.SpaceObject {
+		// The object key names the version's revision.
+		h.modRev = c.rev
+	}
+	return version{hdr: h, value: val}, nil
+}
