@@ -1,0 +1,415 @@
+package etcdfmt
+
+import (
+	"bufio"
+	"container/heap"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+)
+
+const (
+	defaultSortMem = 64 << 20
+	// sortIndexOverhead is what one buffered row costs besides its encoded
+	// bytes: its sortItem.
+	sortIndexOverhead = 24
+	// A merge reads each run through its own buffer; the buffers share
+	// the memory limit but never shrink below minRunBuf (tiny buffers make
+	// the merge one read call per row) nor grow beyond maxRunBuf (bigger
+	// buffers no longer speed up sequential reads).
+	minRunBuf = 4 << 10
+	maxRunBuf = 1 << 20
+	// ctxCheckEvery is how many rows pass between context checks.
+	ctxCheckEvery = 1024
+)
+
+// Sorter puts entries into revision order using bounded memory: it keeps up
+// to memLimit bytes of rows, sorts them, spills each full batch to a run
+// file in dir, and merges the runs.
+//
+// Rows are kept encoded in one buffer rather than as Entry values so that a
+// batch costs its bytes plus a small index entry and no allocation per row.
+// All runs go to a single spill file, each run a section of it, so a merge
+// needs one file descriptor however many runs there are.
+//
+// A Sorter is not safe for concurrent use.
+type Sorter struct {
+	dir      string
+	memLimit int
+
+	buf   []byte     // encoded rows of the batch in memory
+	items []sortItem // their revisions and offsets in buf
+
+	spill   *os.File
+	spillW  *bufio.Writer
+	spillN  int64   // bytes written to spill
+	runs    []int64 // start offset of each run in spill; a run ends where the next begins
+	n       int64
+	sealed  bool
+	scratch []byte
+}
+
+// sortItem locates one encoded row of the in-memory batch.
+type sortItem struct {
+	rev Revision
+	off int
+}
+
+// NewSorter returns a Sorter that spills to dir ("" means os.TempDir()) and
+// keeps up to memLimit bytes of rows in memory (<= 0 means 64 MiB).
+func NewSorter(dir string, memLimit int) *Sorter {
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	if memLimit <= 0 {
+		memLimit = defaultSortMem
+	}
+	return &Sorter{dir: dir, memLimit: memLimit}
+}
+
+// Len returns the number of rows added.
+func (s *Sorter) Len() int64 { return s.n }
+
+// Add adds a copy of e (callers may reuse e and its buffers).
+func (s *Sorter) Add(e *Entry) error {
+	if s.sealed {
+		return errors.New("etcdfmt: sort: Add after Each")
+	}
+	s.scratch = appendSortRecord(s.scratch[:0], e)
+	rec := s.scratch
+	if len(s.items) > 0 && len(s.buf)+len(rec)+(len(s.items)+1)*sortIndexOverhead > s.memLimit {
+		if err := s.spillBatch(); err != nil {
+			return err
+		}
+	}
+	s.grow(len(rec))
+	s.items = append(s.items, sortItem{rev: e.Rev, off: len(s.buf)})
+	s.buf = append(s.buf, rec...)
+	s.n++
+	return nil
+}
+
+// grow makes room for n more bytes in buf without letting append double
+// the buffer far past the memory limit.
+func (s *Sorter) grow(n int) {
+	need := len(s.buf) + n
+	if need <= cap(s.buf) {
+		return
+	}
+	c := max(2*cap(s.buf), need, 4<<10)
+	if c > s.memLimit {
+		c = max(s.memLimit, need)
+	}
+	nb := make([]byte, len(s.buf), c)
+	copy(nb, s.buf)
+	s.buf = nb
+}
+
+func (s *Sorter) sortBatch() {
+	slices.SortFunc(s.items, func(a, b sortItem) int {
+		switch {
+		case a.rev.Less(b.rev):
+			return -1
+		case b.rev.Less(a.rev):
+			return 1
+		}
+		return 0
+	})
+}
+
+// spillBatch sorts the in-memory batch and appends it to the spill file as
+// one run.
+func (s *Sorter) spillBatch() error {
+	if s.spill == nil {
+		f, err := os.CreateTemp(s.dir, "engram-sort-*.run")
+		if err != nil {
+			return fmt.Errorf("etcdfmt: sort: create run file: %w", err)
+		}
+		s.spill = f
+		s.spillW = bufio.NewWriterSize(f, 256<<10)
+	}
+	s.sortBatch()
+	s.runs = append(s.runs, s.spillN)
+	for _, it := range s.items {
+		rec := s.record(it)
+		nn, err := s.spillW.Write(rec)
+		s.spillN += int64(nn)
+		if err != nil {
+			return fmt.Errorf("etcdfmt: sort: write run: %w", err)
+		}
+	}
+	s.buf = s.buf[:0]
+	s.items = s.items[:0]
+	return nil
+}
+
+// record returns the encoded row it points at, length prefix included.
+func (s *Sorter) record(it sortItem) []byte {
+	n, w := binary.Uvarint(s.buf[it.off:])
+	return s.buf[it.off : it.off+w+int(n)]
+}
+
+// Each calls fn with every row in (Main, Sub) order. Call it after the last
+// Add; it may be called again, but Add may not. fn must not keep the entry
+// or its byte slices after it returns: they are reused for the next row.
+// Two rows with the same revision are an error: the input is corrupt.
+func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
+	s.sealed = true
+	s.sortBatch()
+	its := []rowIter{&memIter{s: s}}
+	if len(s.runs) > 0 {
+		if err := s.spillW.Flush(); err != nil {
+			return fmt.Errorf("etcdfmt: sort: write run: %w", err)
+		}
+		// The in-memory batch takes part in the merge as one more run, so
+		// the last batch is never written.
+		bufSize := min(max(s.memLimit/(len(s.runs)+1), minRunBuf), maxRunBuf)
+		for i, start := range s.runs {
+			end := s.spillN
+			if i+1 < len(s.runs) {
+				end = s.runs[i+1]
+			}
+			r := io.NewSectionReader(s.spill, start, end-start)
+			its = append(its, &runIter{r: bufio.NewReaderSize(r, bufSize), name: s.spill.Name()})
+		}
+	}
+	return mergeRows(ctx, its, fn)
+}
+
+// Close removes the spill file. It is safe to call more than once.
+func (s *Sorter) Close() error {
+	s.buf, s.items, s.runs = nil, nil, nil
+	if s.spill == nil {
+		return nil
+	}
+	f := s.spill
+	s.spill, s.spillW = nil, nil
+	err := f.Close()
+	if rerr := os.Remove(f.Name()); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+		err = errors.Join(err, rerr)
+	}
+	if err != nil {
+		return fmt.Errorf("etcdfmt: sort: remove run file: %w", err)
+	}
+	return nil
+}
+
+// rowIter yields sorted rows; entry is valid until the next call to next.
+type rowIter interface {
+	next() (ok bool, err error)
+	entry() *Entry
+}
+
+type memIter struct {
+	s *Sorter
+	i int
+	e Entry
+}
+
+func (m *memIter) next() (bool, error) {
+	if m.i >= len(m.s.items) {
+		return false, nil
+	}
+	rec := m.s.record(m.s.items[m.i])
+	m.i++
+	_, w := binary.Uvarint(rec)
+	if err := decodeSortRecord(rec[w:], &m.e); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+func (m *memIter) entry() *Entry { return &m.e }
+
+type runIter struct {
+	r    *bufio.Reader
+	name string
+	rec  []byte
+	e    Entry
+}
+
+func (r *runIter) next() (bool, error) {
+	n, err := binary.ReadUvarint(r.r)
+	if err == io.EOF {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("etcdfmt: sort: read run %s: %w", r.name, err)
+	}
+	if uint64(cap(r.rec)) < n {
+		r.rec = make([]byte, n)
+	}
+	r.rec = r.rec[:n]
+	if _, err := io.ReadFull(r.r, r.rec); err != nil {
+		return false, fmt.Errorf("etcdfmt: sort: read run %s: %w", r.name, err)
+	}
+	if err := decodeSortRecord(r.rec, &r.e); err != nil {
+		return false, fmt.Errorf("etcdfmt: sort: read run %s: %w", r.name, err)
+	}
+	return true, nil
+}
+
+func (r *runIter) entry() *Entry { return &r.e }
+
+// iterHeap orders row iterators by their current row's revision.
+type iterHeap []rowIter
+
+func (h iterHeap) Len() int           { return len(h) }
+func (h iterHeap) Less(i, j int) bool { return h[i].entry().Rev.Less(h[j].entry().Rev) }
+func (h iterHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *iterHeap) Push(x any)        { *h = append(*h, x.(rowIter)) }
+func (h *iterHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// mergeRows is a k-way merge of sorted iterators that also rejects
+// duplicate revisions, within one iterator or across several.
+func mergeRows(ctx context.Context, its []rowIter, fn func(*Entry) error) error {
+	h := make(iterHeap, 0, len(its))
+	for _, it := range its {
+		ok, err := it.next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			h = append(h, it)
+		}
+	}
+	heap.Init(&h)
+	var (
+		prev    Revision
+		prevKey []byte
+		count   int
+	)
+	for len(h) > 0 {
+		if count%ctxCheckEvery == 0 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("etcdfmt: sort: %w", err)
+			}
+		}
+		it := h[0]
+		e := it.entry()
+		if count > 0 && e.Rev == prev {
+			return fmt.Errorf("etcdfmt: sort: revision %d/%d holds two rows, keys %q and %q", e.Rev.Main, e.Rev.Sub, prevKey, e.KV.Key)
+		}
+		count++
+		prev = e.Rev
+		prevKey = append(prevKey[:0], e.KV.Key...)
+		if err := fn(e); err != nil {
+			return err
+		}
+		ok, err := it.next()
+		if err != nil {
+			return err
+		}
+		if ok {
+			heap.Fix(&h, 0)
+		} else {
+			heap.Pop(&h)
+		}
+	}
+	return nil
+}
+
+// Record encoding, after a uvarint length of the rest:
+//
+//	uvarint main | uvarint sub | flags byte | varint create | varint mod |
+//	varint version | varint lease | bytes key | bytes value | bytes unrecognized
+//
+// where bytes is a uvarint length and the bytes. Revisions are never
+// negative (ParseBucketKey rejects them) but the KeyValue fields are only
+// int64s, hence signed varints for them.
+const (
+	flagTombstone = 1 << iota
+	flagLatest
+)
+
+func appendSortRecord(dst []byte, e *Entry) []byte {
+	var body [5*binary.MaxVarintLen64 + 1 + 2*binary.MaxVarintLen64]byte
+	b := body[:0]
+	b = binary.AppendUvarint(b, uint64(e.Rev.Main))
+	b = binary.AppendUvarint(b, uint64(e.Rev.Sub))
+	var flags byte
+	if e.Tombstone {
+		flags |= flagTombstone
+	}
+	if e.Latest {
+		flags |= flagLatest
+	}
+	b = append(b, flags)
+	b = binary.AppendVarint(b, e.KV.CreateRevision)
+	b = binary.AppendVarint(b, e.KV.ModRevision)
+	b = binary.AppendVarint(b, e.KV.Version)
+	b = binary.AppendVarint(b, e.KV.Lease)
+	n := len(b) + uvarintLen(len(e.KV.Key)) + len(e.KV.Key) + uvarintLen(len(e.KV.Value)) + len(e.KV.Value) +
+		uvarintLen(len(e.KV.XXX_unrecognized)) + len(e.KV.XXX_unrecognized)
+	dst = binary.AppendUvarint(dst, uint64(n))
+	dst = append(dst, b...)
+	for _, f := range [...][]byte{e.KV.Key, e.KV.Value, e.KV.XXX_unrecognized} {
+		dst = binary.AppendUvarint(dst, uint64(len(f)))
+		dst = append(dst, f...)
+	}
+	return dst
+}
+
+func uvarintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
+}
+
+var errBadSortRecord = errors.New("etcdfmt: sort: corrupt run record")
+
+// decodeSortRecord decodes a record (without its length prefix) into e.
+// e's byte slices alias b.
+func decodeSortRecord(b []byte, e *Entry) error {
+	var u [2]uint64
+	for i := range u {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return errBadSortRecord
+		}
+		u[i], b = v, b[n:]
+	}
+	if len(b) == 0 {
+		return errBadSortRecord
+	}
+	flags := b[0]
+	b = b[1:]
+	var s [4]int64
+	for i := range s {
+		v, n := binary.Varint(b)
+		if n <= 0 {
+			return errBadSortRecord
+		}
+		s[i], b = v, b[n:]
+	}
+	var f [3][]byte
+	for i := range f {
+		l, n := binary.Uvarint(b)
+		if n <= 0 || uint64(len(b)-n) < l {
+			return errBadSortRecord
+		}
+		if l > 0 {
+			f[i] = b[n : n+int(l) : n+int(l)]
+		}
+		b = b[n+int(l):]
+	}
+	*e = Entry{
+		Rev:       Revision{Main: int64(u[0]), Sub: int64(u[1])},
+		Tombstone: flags&flagTombstone != 0,
+		Latest:    flags&flagLatest != 0,
+	}
+	e.KV.Key, e.KV.Value, e.KV.XXX_unrecognized = f[0], f[1], f[2]
+	e.KV.CreateRevision, e.KV.ModRevision, e.KV.Version, e.KV.Lease = s[0], s[1], s[2], s[3]
+	return nil
+}

@@ -1,0 +1,373 @@
+package snapshot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/engramkv/engram/core/etcdfmt"
+)
+
+// OpenOptions tunes Open.
+type OpenOptions struct {
+	// SkipHashCheck opens a file without checking its sha256 trailer, or
+	// one without a trailer (a db file copied from an etcd data
+	// directory), as etcdutl's --skip-hash-check does. bbolt trusts the
+	// page numbers it finds; a file corrupted inside its pages can then
+	// still crash the process while bbolt checks it, as it can crash
+	// etcdutl.
+	SkipHashCheck bool
+}
+
+// File is an open snapshot file. Its methods but Close may be called
+// concurrently.
+type File struct {
+	path string
+	db   *bolt.DB
+	info Info
+}
+
+// lockTimeout bounds the wait for bbolt's shared file lock: a file held by
+// a running etcd (an exclusive lock) is not a snapshot to read.
+const lockTimeout = 5 * time.Second
+
+// Open checks and opens a snapshot file read-only.
+//
+// If its size % 512 == 32 the last 32 bytes are a sha256 trailer (as
+// `etcdctl snapshot save` writes it) and must match the sha256 of what
+// precedes them, unless opts.SkipHashCheck; without a trailer Open refuses
+// unless opts.SkipHashCheck, as `etcdutl snapshot restore` does. It then
+// runs bbolt's integrity check (as `etcdutl snapshot status` does), needs
+// the meta and key buckets, and reads the whole file once to compute Info
+// and to check that every key-bucket row decodes.
+//
+// bbolt opens a file with a trailer as it is: it maps the file and reads
+// only the pages its meta page counts, so the 32 extra bytes are never
+// looked at (etcdutl's status relies on the same). Open checks that the
+// file holds every counted page before bbolt reads any page but the meta
+// pages, since reading a page past the end of a mapped file faults.
+//
+// Errors wrap ErrNotBolt, ErrTruncated, ErrHashMismatch, ErrNoTrailer,
+// ErrCorrupt, ErrNoMetaBucket, ErrNoKeyBucket or etcdfmt.ErrMalformed.
+func Open(path string, opts OpenOptions) (*File, error) {
+	f, err := open(path, opts)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: open %s: %w", path, err)
+	}
+	return f, nil
+}
+
+func open(path string, opts OpenOptions) (_ *File, err error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	fi, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := fi.Size()
+	pageSize, err := probe(fh, size)
+	if err != nil {
+		return nil, err
+	}
+	trailer := hasTrailer(size)
+	dataSize := size
+	if trailer {
+		dataSize -= trailerLen
+	}
+	if dataSize < 2*pageSize {
+		return nil, fmt.Errorf("%w: %d bytes, less than two %d-byte meta pages", ErrTruncated, dataSize, pageSize)
+	}
+
+	db, err := bolt.Open(path, 0o400, &bolt.Options{ReadOnly: true, Timeout: lockTimeout})
+	if err != nil {
+		if errors.Is(err, berrors.ErrInvalid) || errors.Is(err, berrors.ErrVersionMismatch) || errors.Is(err, berrors.ErrChecksum) {
+			return nil, fmt.Errorf("%w: %w", ErrNotBolt, err)
+		}
+		return nil, fmt.Errorf("bbolt: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = db.Close()
+		}
+	}()
+	var boltSize int64
+	_ = db.View(func(tx *bolt.Tx) error { boltSize = tx.Size(); return nil })
+	if boltSize > dataSize {
+		return nil, fmt.Errorf("%w: the file holds %d bytes of the %d its meta page counts", ErrTruncated, dataSize, boltSize)
+	}
+
+	if !opts.SkipHashCheck {
+		if !trailer {
+			return nil, ErrNoTrailer
+		}
+		if err := checkTrailer(fh, dataSize); err != nil {
+			return nil, err
+		}
+	}
+
+	f := &File{path: path, db: db}
+	err = guard(func() error {
+		return db.View(func(tx *bolt.Tx) error {
+			if err := check(tx); err != nil {
+				return err
+			}
+			info, err := scan(tx)
+			f.info = info
+			f.info.HasHashTrailer = trailer
+			return err
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// probe reads a bbolt meta page's header: magic, version, page size (host
+// byte order, as bbolt writes it). bbolt falls back to the second meta page
+// at the OS page size when the first is damaged, and so does probe.
+func probe(f *os.File, size int64) (int64, error) {
+	const (
+		pageHeader = 16
+		magic      = 0xED0CDAED
+		version    = 2
+	)
+	var b [pageHeader + 12]byte
+	for _, off := range []int64{0, int64(os.Getpagesize())} {
+		if off+int64(len(b)) > size {
+			break
+		}
+		if _, err := f.ReadAt(b[:], off); err != nil {
+			return 0, err
+		}
+		m := b[pageHeader:]
+		ps := int64(binary.NativeEndian.Uint32(m[8:]))
+		if binary.NativeEndian.Uint32(m) == magic && binary.NativeEndian.Uint32(m[4:]) == version && ps >= 512 && (off == 0 || off == ps) {
+			return ps, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: no bbolt meta page", ErrNotBolt)
+}
+
+func checkTrailer(f *os.File, dataSize int64) error {
+	want := make([]byte, trailerLen)
+	if _, err := f.ReadAt(want, dataSize); err != nil {
+		return fmt.Errorf("read trailer: %w", err)
+	}
+	got, err := sha256Prefix(f, dataSize)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		return fmt.Errorf("%w: trailer %x, database %x", ErrHashMismatch, want, got)
+	}
+	return nil
+}
+
+// sha256Prefix returns the sha256 of f's first n bytes.
+func sha256Prefix(f *os.File, n int64) ([]byte, error) {
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, n)); err != nil {
+		return nil, fmt.Errorf("hash: %w", err)
+	}
+	return h.Sum(nil), nil
+}
+
+// check runs bbolt's integrity check.
+func check(tx *bolt.Tx) error {
+	const maxShown = 10
+	var errs []string
+	n := 0
+	for err := range tx.Check() {
+		if n++; n <= maxShown {
+			errs = append(errs, err.Error())
+		}
+	}
+	if n > 0 {
+		return fmt.Errorf("%w: %d errors: %s", ErrCorrupt, n, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// scan reads every bucket once, in bbolt order, into an Info; it checks
+// that the buckets etcd needs exist and that key-bucket rows decode.
+func scan(tx *bolt.Tx) (Info, error) {
+	if tx.Bucket(etcdfmt.BucketMeta) == nil {
+		return Info{}, ErrNoMetaBucket
+	}
+	if tx.Bucket(etcdfmt.BucketKey) == nil {
+		return Info{}, ErrNoKeyBucket
+	}
+	ib := newInfoBuilder()
+	c := tx.Cursor()
+	for name, _ := c.First(); name != nil; name, _ = c.Next() {
+		b := tx.Bucket(name)
+		if b == nil {
+			return Info{}, fmt.Errorf("%w: root key %q is not a bucket", ErrCorrupt, name)
+		}
+		ib.bucket(name)
+		isKey, isMeta := bytes.Equal(name, etcdfmt.BucketKey), bytes.Equal(name, etcdfmt.BucketMeta)
+		var prev etcdfmt.Revision
+		err := b.ForEach(func(k, v []byte) error {
+			ib.row(k, v)
+			switch {
+			case isKey:
+				e, err := decodeRow(k, v, prev)
+				if err != nil {
+					return err
+				}
+				prev = e.Rev
+				ib.keyRow(&e)
+			case isMeta:
+				return ib.metaRow(k, v)
+			}
+			return nil
+		})
+		if err != nil {
+			return Info{}, err
+		}
+	}
+	return ib.info(tx.Size(), false), nil
+}
+
+// decodeRow decodes one key-bucket row that follows a row at prev (the
+// zero Revision for the first row).
+func decodeRow(k, v []byte, prev etcdfmt.Revision) (etcdfmt.Entry, error) {
+	e, err := etcdfmt.DecodeEntry(k, v)
+	if err != nil {
+		return e, fmt.Errorf("key bucket row %x: %w", k, err)
+	}
+	// bbolt orders keys, but a revision may appear both with and without
+	// the tombstone mark.
+	if prev != (etcdfmt.Revision{}) && !prev.Less(e.Rev) {
+		return e, fmt.Errorf("key bucket row %x: %w: revision %d/%d appears twice", k, etcdfmt.ErrMalformed, e.Rev.Main, e.Rev.Sub)
+	}
+	return e, nil
+}
+
+// guard turns bbolt's panics on a damaged file, and faults reading past its
+// mapping, into ErrCorrupt. A panic in fn's callbacks that inCallback
+// reports is not bbolt's and is passed on.
+func guard(fn func() error) (err error) {
+	return guardCallbacks(func(*bool) error { return fn() })
+}
+
+func guardCallbacks(fn func(inCallback *bool) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var inCallback bool
+	defer func() {
+		if r := recover(); r != nil {
+			if inCallback {
+				panic(r)
+			}
+			err = fmt.Errorf("%w: %v", ErrCorrupt, r)
+		}
+	}()
+	return fn(&inCallback)
+}
+
+// Info returns what Open found out about the file.
+func (f *File) Info() Info { return f.info }
+
+// Entries calls fn with every key-bucket row in revision order. Rows are
+// decoded with etcdfmt.DecodeEntry into fresh memory, so fn may keep them.
+// Latest is not set: it would need the rows that follow. An error of fn is
+// returned as it is.
+func (f *File) Entries(ctx context.Context, fn func(*etcdfmt.Entry) error) error {
+	err := guardCallbacks(func(inCallback *bool) error {
+		return f.db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(etcdfmt.BucketKey)
+			var prev etcdfmt.Revision
+			n := 0
+			c := b.Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if n%ctxCheckEvery == 0 {
+					if err := ctx.Err(); err != nil {
+						return err
+					}
+				}
+				n++
+				e, err := decodeRow(k, v, prev)
+				if err != nil {
+					return err
+				}
+				prev = e.Rev
+				*inCallback = true
+				if err := fn(&e); err != nil {
+					return callbackError{err}
+				}
+				*inCallback = false
+			}
+			return nil
+		})
+	})
+	var ce callbackError
+	if errors.As(err, &ce) {
+		return ce.err
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot: %s: %w", f.path, err)
+	}
+	return nil
+}
+
+// callbackError carries a callback's error past Entries' wrapping.
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+
+// Leases returns the lease bucket's leases in bucket order (none when the
+// file has no lease bucket, which etcd accepts).
+func (f *File) Leases() ([]etcdfmt.Lease, error) {
+	var ls []etcdfmt.Lease
+	err := guard(func() error {
+		return f.db.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(etcdfmt.BucketLease)
+			if b == nil {
+				return nil
+			}
+			return b.ForEach(func(k, v []byte) error {
+				l, err := etcdfmt.DecodeLease(v)
+				if err != nil {
+					return fmt.Errorf("lease bucket row %x: %w", k, err)
+				}
+				if len(k) != 8 || int64(binary.BigEndian.Uint64(k)) != l.ID {
+					return fmt.Errorf("lease bucket row %x: %w: holds lease %d", k, etcdfmt.ErrMalformed, l.ID)
+				}
+				ls = append(ls, l)
+				return nil
+			})
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %s: %w", f.path, err)
+	}
+	return ls, nil
+}
+
+// Close closes the file. It is safe to call more than once.
+func (f *File) Close() error {
+	if f.db == nil {
+		return nil
+	}
+	db := f.db
+	f.db = nil
+	if err := db.Close(); err != nil {
+		return fmt.Errorf("snapshot: close %s: %w", f.path, err)
+	}
+	return nil
+}
