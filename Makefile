@@ -12,7 +12,7 @@ ARGS    ?=
 # (instrumenting the test driver would only slow it down).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v '/tests/e2e')
 
-.PHONY: build run test bench bench-tools bench-quick bench-go lint clean plugins
+.PHONY: build run test bench bench-tools bench-quick bench-go lint clean plugins etcd-tools
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty, postgres), built
 # with the Go SDK as WASI reactors into testplugins/bin/. The host's tests,
@@ -32,6 +32,29 @@ build: plugins
 run: build
 	./$(BIN) serve --listen-client-urls=http://127.0.0.1:2379 --data-dir=./data $(ARGS)
 
+# Real etcd 3.6.16 tools, built from the Go module proxy by the wrapper
+# module bench/etcd (its main.go wraps the server; etcdctl and etcdutl are
+# `tool` directives in its go.mod, built unchanged): bin/etcd, bin/etcdctl36
+# and bin/etcdutl. internal/etcdtest starts them to compare Engram with etcd
+# and to make and restore real snapshots. etcdctl is renamed etcdctl36 so it
+# cannot shadow Debian's etcdctl 3.4, which the end-to-end tests take from
+# PATH. The binaries are rebuilt only when bench/etcd's go.mod, go.sum or
+# main.go is newer. A clean build (empty build cache, modules already
+# downloaded) took 2m10s on 2 cores; a first build also downloads etcd's
+# modules. They go to a scratch directory first and are then moved in, so
+# a bin/etcd symlink left by bench-tools' fallback is replaced, never
+# written through.
+ETCD_TOOLS := bin/etcd bin/etcdctl36 bin/etcdutl
+etcd-tools: $(ETCD_TOOLS)
+$(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
+	rm -rf bin/.etcd-tools && mkdir -p bin/.etcd-tools
+	cd bench/etcd && $(GO) build -trimpath -o ../../bin/.etcd-tools/ . go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3
+	mv -f bin/.etcd-tools/etcd bin/etcd
+	mv -f bin/.etcd-tools/etcdctl bin/etcdctl36
+	mv -f bin/.etcd-tools/etcdutl bin/etcdutl
+	rmdir bin/.etcd-tools
+	touch $(ETCD_TOOLS)
+
 # tests/e2e builds and runs the real binary; go test's cache cannot see that
 # dependency, so -count=1 makes it run against the current sources every time.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
@@ -41,7 +64,7 @@ run: build
 # default engine, on disk), on memkv.wasm, on postgres.wasm over a throwaway
 # PostgreSQL (internal/pgtest; skipped without PostgreSQL unless CI is set)
 # and on the TiKV adaptor over client-go's mock cluster.
-test: plugins
+test: plugins etcd-tools
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
 	cd sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
@@ -67,7 +90,7 @@ BENCH_ARGS        ?=
 
 bench-tools: build
 	$(GO) build -trimpath -o bin/engram-ceiling ./bench/cmd/ceiling
-	@if ! (cd bench/etcd && $(GO) build -trimpath -o ../../bin/etcd .); then \
+	@if ! $(MAKE) --no-print-directory etcd-tools; then \
 		echo "bench: building etcd from bench/etcd failed; falling back to Debian's etcd-server (apt-get install etcd-server; 3.4, older than the 3.6 the issue compares with)"; \
 		command -v etcd >/dev/null || { echo "bench: no etcd on PATH either"; exit 1; }; \
 		ln -sf "$$(command -v etcd)" bin/etcd; \

@@ -1,5 +1,9 @@
 // Command etcd is a real etcd server, built from the Go module proxy for the
-// side-by-side benchmarks (make bench).
+// side-by-side benchmarks (make bench) and for the tests that compare Engram
+// with etcd (make etcd-tools; internal/etcdtest). This module's go.mod also
+// lists etcdctl and etcdutl of the same release as tools, built unchanged
+// next to it (bin/etcdctl36, bin/etcdutl), so all three share one dependency
+// graph.
 //
 // `go install go.etcd.io/etcd/server/v3` is refused because etcd's go.mod has
 // replace directives, so this wrapper module pins the server version and
