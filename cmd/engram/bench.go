@@ -81,7 +81,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	d.Endpoints = *endpoints
 	d.Tool = "engram bench " + buildVersion()
-	if d.TLS, err = benchTLS(*cacert, *cert, *key, *insecure); err != nil {
+	if d.TLS, err = clientTLS(*cacert, *cert, *key, *insecure); err != nil {
 		fmt.Fprintf(stderr, "engram bench: %v\n", err)
 		return 2
 	}
@@ -137,9 +137,9 @@ func orUnknown(s string) string {
 	return s
 }
 
-// benchTLS builds the client TLS config from etcdctl-style flags; nil means
+// clientTLS builds the client TLS config from etcdctl-style flags; nil means
 // plaintext.
-func benchTLS(cacert, cert, key string, insecure bool) (*tls.Config, error) {
+func clientTLS(cacert, cert, key string, insecure bool) (*tls.Config, error) {
 	if cacert == "" && cert == "" && key == "" && !insecure {
 		return nil, nil
 	}

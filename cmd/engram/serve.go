@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"sync"
 	"syscall"
@@ -166,6 +167,10 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 	if err != nil {
 		return err
 	}
+	tempDir, err := prepareTempDir(cfg.DataDir)
+	if err != nil {
+		return err
+	}
 	opts := server.Options{
 		Store:                  store,
 		Logger:                 logger,
@@ -173,6 +178,7 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		ProgressNotifyInterval: cfg.Watch.ProgressNotifyInterval,
 		WatchMaxLag:            cfg.Watch.MaxLag,
 		LatestCacheBytes:       cfg.Storage.LatestCacheSize,
+		TempDir:                tempDir,
 		Compaction: server.CompactionPolicy{
 			Mode:      cfg.Compaction.Mode,
 			Retention: cfg.Compaction.Retention,
@@ -296,4 +302,18 @@ func advertiseURLs(cfg config.Config, listeners []clientListener) []string {
 		out = append(out, u)
 	}
 	return out
+}
+
+// prepareTempDir returns data-dir/tmp, emptied: snapshots being streamed and
+// the sorted runs of HashKV go there, next to the data rather than in a
+// small /tmp, and a crash can leave some behind.
+func prepareTempDir(dataDir string) (string, error) {
+	dir := filepath.Join(dataDir, "tmp")
+	if err := os.RemoveAll(dir); err != nil {
+		return "", fmt.Errorf("data-dir: clear %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("data-dir: %w", err)
+	}
+	return dir, nil
 }

@@ -2,10 +2,16 @@ package etcdapi
 
 import (
 	"context"
-	"hash/crc32"
+	"crypto/sha256"
+	"io"
+	"os"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/engramkv/engram/core/backup"
+	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/kv"
 )
 
@@ -46,52 +52,81 @@ func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.
 	}
 }
 
-// Hash and HashKV hash the live key-values at a revision (crc32c over key,
-// mod revision and value). The values are comparable between Engram members
-// on the same store, not with etcd's.
+// Hash answers etcd's deprecated whole-database hash. etcd hashes its bbolt
+// file, which Engram does not have; it answers with HashKV's value at the
+// current revision, which is comparable between Engram nodes and stable
+// across restarts, but not with etcd's Hash.
 func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
-	h, rev, err := m.hashAt(ctx, 0)
+	h, err := m.s.current().Backend.HashKV(ctx, 0)
 	if err != nil {
-		return nil, err
+		return nil, toGRPC(err)
 	}
-	return &pb.HashResponse{Header: m.s.header(rev), Hash: h}, nil
+	return &pb.HashResponse{Header: m.s.header(h.CurrentRev), Hash: h.Hash}, nil
 }
 
+// HashKV computes etcd's own HashKV value, so `etcdctl endpoint hashkv`
+// agrees between etcd and Engram stores holding the same history.
 func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	h, rev, err := m.hashAt(ctx, r.Revision)
+	h, err := m.s.current().Backend.HashKV(ctx, r.Revision)
 	if err != nil {
-		return nil, err
+		return nil, toGRPC(err)
 	}
-	return &pb.HashKVResponse{Header: m.s.header(rev), Hash: h, CompactRevision: m.s.current().Backend.CompactRev(), HashRevision: rev}, nil
-}
-
-func (m *maintenanceServer) hashAt(ctx context.Context, rev int64) (uint32, int64, error) {
-	resp, err := m.s.current().Backend.Range(ctx, &pb.RangeRequest{Key: []byte{0}, RangeEnd: []byte{0}, Revision: rev})
-	if err != nil {
-		return 0, 0, toGRPC(err)
-	}
-	if rev == 0 {
-		rev = resp.Header.Revision
-	}
-	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	var buf [8]byte
-	for _, kv := range resp.Kvs {
-		_, _ = h.Write(kv.Key)
-		for i := range 8 {
-			buf[i] = byte(kv.ModRevision >> (8 * i))
-		}
-		_, _ = h.Write(buf[:])
-		_, _ = h.Write(kv.Value)
-	}
-	return h.Sum32(), rev, nil
+	return &pb.HashKVResponse{Header: m.s.header(h.CurrentRev), Hash: h.Hash, CompactRevision: h.CompactRev, HashRevision: h.Rev}, nil
 }
 
 func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
 	return nil, unimplemented("defragment is not supported: the storage engine reclaims space by itself")
 }
 
+// snapshotChunk is the size of each streamed piece, as etcd sends them.
+const snapshotChunk = 32 << 10
+
+// Snapshot streams an etcd snapshot file of the store, as etcd does: the
+// file in chunks with the bytes remaining after each, then one last message
+// whose blob is the sha256 of everything sent, which etcdutl checks on
+// restore. The file is built on disk from one consistent read first (so
+// RemainingBytes is exact and server memory stays bounded whatever the data
+// size), then streamed and removed.
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_SnapshotServer) error {
-	return unimplemented("snapshot is not supported: back up the storage engine instead")
+	ctx := s.Context()
+	b := m.s.current().Backend
+	path, err := backup.TempFile(b.TempDir())
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer os.Remove(path)
+	info, err := backup.Save(ctx, b, path, b.TempDir())
+	if err != nil {
+		return toGRPC(err)
+	}
+	m.s.log.Info("sending snapshot", "revision", info.Revision, "compacted", info.CompactRev, "bytes", info.TotalSize)
+	f, err := os.Open(path)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	total, sent := st.Size(), int64(0)
+	sum := sha256.New()
+	buf := make([]byte, snapshotChunk)
+	for sent < total {
+		n, err := io.ReadFull(f, buf[:min(int64(len(buf)), total-sent)])
+		if err != nil {
+			return status.Errorf(codes.Internal, "read snapshot: %v", err)
+		}
+		sent += int64(n)
+		sum.Write(buf[:n])
+		// Send may keep the slice until the message is written: never
+		// reuse it.
+		chunk := append([]byte(nil), buf[:n]...)
+		if err := s.Send(&pb.SnapshotResponse{RemainingBytes: uint64(total - sent), Blob: chunk, Version: etcdfmt.StorageVersion}); err != nil {
+			return err
+		}
+	}
+	return s.Send(&pb.SnapshotResponse{Blob: sum.Sum(nil), Version: etcdfmt.StorageVersion})
 }
 
 func (m *maintenanceServer) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {

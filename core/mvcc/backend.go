@@ -237,6 +237,9 @@ func (b *Backend) Rev() int64 { return b.clock.Current() }
 // CompactRev returns the compacted revision (0 if never compacted).
 func (b *Backend) CompactRev() int64 { return b.compactRev.Load() }
 
+// TempDir is where the backend's temporary files go ("" = os.TempDir()).
+func (b *Backend) TempDir() string { return b.tempDir }
+
 // Lessor returns the lessor the backend keeps in step with the store.
 func (b *Backend) Lessor() *lease.Lessor { return b.lessor }
 

@@ -24,6 +24,15 @@ type KVHash struct {
 // keeps, in revision order, sorted with bounded memory (spilling to
 // Options.TempDir).
 func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
+	if rev < 0 {
+		// etcd hashes no row above a negative revision and answers
+		// with the hash of the bucket name alone; so does Engram.
+		cur, compact, err := b.readRevisions(ctx)
+		if err != nil {
+			return KVHash{}, err
+		}
+		return KVHash{Hash: etcdfmt.NewHasher().Sum(), Rev: rev, CurrentRev: cur, CompactRev: etcdCompactRev(compact)}, nil
+	}
 	sorter := etcdfmt.NewSorter(b.tempDir, 0)
 	defer sorter.Close()
 	live := 0
@@ -36,10 +45,7 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 	if err != nil {
 		return KVHash{}, err
 	}
-	compact := info.CompactRev
-	if compact == 0 {
-		compact = -1
-	}
+	compact := etcdCompactRev(info.CompactRev)
 	h := etcdfmt.NewHasher()
 	err = sorter.Each(ctx, func(e *etcdfmt.Entry) error {
 		if etcdfmt.Hashed(e, compact, info.Rev, e.Latest && !e.Tombstone, live == 0) {
@@ -51,4 +57,13 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 		return KVHash{}, fmt.Errorf("mvcc: hashkv: %w", err)
 	}
 	return KVHash{Hash: h.Sum(), Rev: info.Rev, CurrentRev: info.CurrentRev, CompactRev: compact}, nil
+}
+
+// etcdCompactRev is the compacted revision as etcd reports it: -1 for a
+// store never compacted.
+func etcdCompactRev(rev int64) int64 {
+	if rev == 0 {
+		return -1
+	}
+	return rev
 }

@@ -581,3 +581,18 @@ func checkImportRecord(ctx context.Context, s kv.Store) error {
 	}
 	return nil
 }
+
+// Unfinish puts an import record back on a store whose import finished but
+// must not be served after all (a migration whose verification failed, or
+// whose source moved on during the cut-over): Open refuses it again, and an
+// importer resuming rec continues from rec.Applied.
+func Unfinish(ctx context.Context, s kv.Store, rec ImportRecord) error {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaImport), raw)}); err != nil {
+		return storageErr("write import record", err)
+	}
+	return nil
+}

@@ -35,7 +35,7 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 	if len(opts.AdvertiseClientURLs) == 0 {
 		return fmt.Errorf("server: a cluster member needs an advertised client URL for followers to forward to")
 	}
-	reader, err := mvcc.Open(ctx, mvcc.Options{Store: opts.Store, Logger: s.log.With("component", "mvcc-reader"), ReadOnly: true})
+	reader, err := mvcc.Open(ctx, mvcc.Options{Store: opts.Store, Logger: s.log.With("component", "mvcc-reader"), ReadOnly: true, TempDir: opts.TempDir})
 	if err != nil {
 		return fmt.Errorf("server: open read-only view: %w", err)
 	}

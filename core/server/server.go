@@ -55,6 +55,9 @@ type Options struct {
 	// LatestCacheBytes bounds the leader's cache of latest records (see
 	// mvcc.Options.LatestCacheBytes).
 	LatestCacheBytes int64
+	// TempDir holds the temporary files of snapshots and HashKV (sorted
+	// runs, the snapshot being streamed); "" means os.TempDir().
+	TempDir string
 
 	// Compaction is the optional server-side compaction policy. The default
 	// is off: kube-apiserver compacts by itself.
@@ -194,7 +197,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
 	log := s.log
 	lessor := lease.New(lease.Options{})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes})
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
 	}

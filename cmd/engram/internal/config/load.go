@@ -34,17 +34,66 @@ var ErrHelp = pflag.ErrHelp
 // name, then validates it. Usage text for --help goes to out. Errors name the
 // offending key and where its value came from.
 func Load(args []string, out io.Writer) (Config, error) {
+	cfg, _, err := LoadCommand(args, out, nil)
+	return cfg, err
+}
+
+// Command describes a subcommand that opens the same store as `engram
+// serve` (snapshot restore, migrate): its usage line, its own flags, and
+// how many positional arguments it takes.
+type Command struct {
+	// Usage is the first lines of --help, before the flags.
+	Usage string
+	// Flags adds the command's own flags; they are not configuration keys.
+	Flags func(fs *pflag.FlagSet)
+	// Args is the exact number of positional arguments.
+	Args int
+}
+
+// LoadCommand is Load for a subcommand: the configuration keys as flags,
+// environment and file exactly as for serve, plus the command's own flags
+// (parsed into whatever Flags bound them to) and its positional arguments.
+func LoadCommand(args []string, out io.Writer, cmd *Command) (Config, []string, error) {
 	fs := newFlagSet()
+	own := map[string]bool{}
+	if cmd != nil && cmd.Flags != nil {
+		before := map[string]bool{}
+		fs.VisitAll(func(f *pflag.Flag) { before[f.Name] = true })
+		cmd.Flags(fs)
+		fs.VisitAll(func(f *pflag.Flag) {
+			if !before[f.Name] {
+				own[f.Name] = true
+			}
+		})
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
-			writeUsage(out, fs)
-			return Config{}, ErrHelp
+			if cmd != nil {
+				fmt.Fprintf(out, "%s\nFlags (the command's own, then every key of `engram serve`, which name the store):\n%s", cmd.Usage, fs.FlagUsages())
+			} else {
+				writeUsage(out, fs)
+			}
+			return Config{}, nil, ErrHelp
 		}
-		return Config{}, fmt.Errorf("command line: %w", err)
+		return Config{}, nil, fmt.Errorf("command line: %w", err)
 	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("command line: unexpected argument %q (settings are flags: --key=value)", fs.Arg(0))
+	wantArgs := 0
+	if cmd != nil {
+		wantArgs = cmd.Args
 	}
+	if fs.NArg() > wantArgs {
+		return Config{}, nil, fmt.Errorf("command line: unexpected argument %q (settings are flags: --key=value)", fs.Arg(wantArgs))
+	}
+	if fs.NArg() < wantArgs {
+		return Config{}, nil, fmt.Errorf("command line: want %d argument(s), got %d", wantArgs, fs.NArg())
+	}
+	cfg, err := loadLayers(fs, own)
+	return cfg, fs.Args(), err
+}
+
+// loadLayers merges defaults, the file, the environment and the flags set
+// on the command line (except the command's own), and validates the result.
+func loadLayers(fs *pflag.FlagSet, own map[string]bool) (Config, error) {
 
 	k := koanf.New(".")
 	def := Default()
@@ -109,7 +158,7 @@ func Load(args []string, out io.Writer) (Config, error) {
 	// defaults over the file and environment.
 	flagLayer := koanf.New(".")
 	if err := flagLayer.Load(posflag.ProviderWithFlag(fs, ".", k, func(f *pflag.Flag) (string, any) {
-		if f.Name == "config" {
+		if f.Name == "config" || own[f.Name] {
 			return "", nil
 		}
 		return f.Name, posflag.FlagVal(fs, f)
