@@ -225,6 +225,13 @@ func scan(tx *bolt.Tx) (Info, error) {
 		err := b.ForEach(func(k, v []byte) error {
 			ib.row(k, v)
 			switch {
+			case isKey && isRevisionMarker(k, v):
+				r, _, err := etcdfmt.ParseBucketKey(k)
+				if err != nil {
+					return err
+				}
+				prev = r
+				ib.lastMain = max(ib.lastMain, r.Main)
 			case isKey:
 				e, err := decodeRow(k, v, prev)
 				if err != nil {
@@ -242,6 +249,14 @@ func scan(tx *bolt.Tx) (Info, error) {
 		}
 	}
 	return ib.info(tx.Size(), false), nil
+}
+
+// isRevisionMarker reports a key-bucket row with an empty value: no version
+// of any key, but the mark `etcdutl snapshot restore --bump-revision` leaves
+// at the bumped revision so that etcd starts there. Only its revision
+// matters (until etcd's next compaction removes it).
+func isRevisionMarker(k, v []byte) bool {
+	return len(v) == 0 && len(k) == etcdfmt.RevBytesLen
 }
 
 // decodeRow decodes one key-bucket row that follows a row at prev (the
@@ -301,6 +316,11 @@ func (f *File) Entries(ctx context.Context, fn func(*etcdfmt.Entry) error) error
 					}
 				}
 				n++
+				if isRevisionMarker(k, v) {
+					// Info.Revision accounts for it; it holds no key.
+					prev, _, _ = etcdfmt.ParseBucketKey(k)
+					continue
+				}
 				e, err := decodeRow(k, v, prev)
 				if err != nil {
 					return err
