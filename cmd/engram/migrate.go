@@ -93,6 +93,11 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "verify" {
 		return migrateVerify(args[1:], stdout, stderr)
 	}
+	// Registered first: a SIGUSR1 that arrives before the runtime knows
+	// it is wanted is dropped.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	var (
 		src              sourceFlags
 		prefix           string
@@ -124,9 +129,6 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	if cutover {
 		close(cut)
 	} else {
-		usr1 := make(chan os.Signal, 1)
-		signal.Notify(usr1, syscall.SIGUSR1)
-		defer signal.Stop(usr1)
 		go func() {
 			select {
 			case <-usr1:
@@ -167,6 +169,11 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 		TempDir:  tempDir,
 		Logger:   logger,
 		Progress: bar.show,
+		Following: func(from int64) {
+			if !cutover {
+				fmt.Fprintf(stderr, "engram migrate: following %s from revision %d. Once its writers are stopped, cut over with: kill -USR1 %d (or stop this with Ctrl-C and run it again with --cutover)\n", src.from, from, os.Getpid())
+			}
+		},
 	}, cut)
 	bar.done()
 	if cerr := store.Close(); cerr != nil && err == nil {

@@ -10,9 +10,9 @@ import (
 	"slices"
 	"testing"
 
+	bolt "go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/engramkv/engram/core/backup"
 	"github.com/engramkv/engram/core/kv"

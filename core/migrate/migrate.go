@@ -77,6 +77,9 @@ type Options struct {
 	// LeaseSyncInterval is how often leases are synced while following;
 	// 0 means 10 s.
 	LeaseSyncInterval time.Duration
+	// Following, if set, is called once the base is in place and the
+	// migration follows the source from revision from.
+	Following func(from int64)
 }
 
 // Progress is a migration's state for a progress line.
@@ -283,6 +286,9 @@ func (m *migration) follow(ctx context.Context, cutover <-chan struct{}) (Result
 	applied := m.im.Record().Applied
 	key, wopts := m.watchOpts(applied + 1)
 	wch := m.opts.Client.Watch(wctx, key, wopts...)
+	if m.opts.Following != nil {
+		m.opts.Following(applied + 1)
+	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var (
@@ -529,4 +535,3 @@ func (m *migration) verify(ctx context.Context, rev int64) (string, error) {
 	defer local.Close()
 	return Verify(ctx, Remote{Client: m.opts.Client}, local, VerifyOptions{Rev: rev, Prefix: m.opts.Prefix})
 }
-

@@ -8,9 +8,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/golang/protobuf/proto"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"github.com/golang/protobuf/proto"
 
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/kv"
