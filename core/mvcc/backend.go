@@ -297,20 +297,12 @@ func (b *Backend) loadCompacted(ctx context.Context) error {
 }
 
 func (b *Backend) loadLeases(ctx context.Context) error {
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
-		id, err := coder.DecodeLeaseKey(p.Key)
-		if err != nil {
-			return err
-		}
-		ttl, err := decodeLease(p.Value)
-		if err != nil {
-			return err
-		}
-		b.lessor.Grant(id, ttl)
-		return nil
-	})
+	leases, err := b.storedLeases(ctx)
 	if err != nil {
 		return fmt.Errorf("mvcc: load leases: %w", err)
+	}
+	for _, l := range leases {
+		b.lessor.Grant(l.ID, l.TTL)
 	}
 	err = scanAll(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
 		id, key, err := coder.DecodeLeaseIndexKey(p.Key)
