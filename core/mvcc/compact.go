@@ -12,6 +12,11 @@ import (
 
 // Compaction has two steps, as in etcd:
 //
+// Every engine write of both steps goes through the writer with the leader's
+// fence (commitCompaction), so a deposed leader still inside its lease can
+// neither move the stored compacted revision nor delete history the new
+// leader serves.
+//
 //  1. Logical: Compact records the compacted revision C durably and at once;
 //     from then on reads and watches below C fail with ErrCompacted.
 //  2. Physical: a background loop removes what no read at or above C can
@@ -49,8 +54,11 @@ func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, err
 		b.compactMu.Unlock()
 		return cur, ErrFutureRev
 	}
-	if err := b.store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaCompact), compactRecord(rev, b.physical.Load()))}); err != nil {
+	if err := b.commitCompaction(ctx, []kv.Op{kv.Put(coder.MetaKey(metaCompact), compactRecord(rev, b.physical.Load()))}); err != nil {
 		b.compactMu.Unlock()
+		if isStorageFailure(err) {
+			return cur, err
+		}
 		return cur, storageErr("persist compacted revision", err)
 	}
 	b.compactRev.Store(rev)
@@ -153,8 +161,8 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		if len(dels) == 0 {
 			return nil
 		}
-		err := b.store.Commit(ctx, dels)
-		dels = dels[:0]
+		err := b.commitCompaction(ctx, dels)
+		dels = nil
 		return err
 	}
 	for _, k := range keys {
@@ -231,15 +239,13 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		}); err != nil {
 			return err
 		}
-		if len(ops) > 0 {
-			if err := b.store.Commit(ctx, ops); err != nil {
-				return err
-			}
+		if err := b.commitCompaction(ctx, ops); err != nil {
+			return err
 		}
 		rev = end
 	}
 	b.compactMu.Lock()
-	err = b.store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaCompact), compactRecord(b.compactRev.Load(), target))})
+	err = b.commitCompaction(ctx, []kv.Op{kv.Put(coder.MetaKey(metaCompact), compactRecord(b.compactRev.Load(), target))})
 	b.compactMu.Unlock()
 	if err != nil {
 		return err

@@ -23,6 +23,10 @@ const (
 	reqLeaseGrant
 	reqLeaseRevoke
 	reqCleanTombstones
+	// reqCompaction carries compaction's own engine writes (the compacted
+	// revision record, history and change-log deletes), so they carry the
+	// leader's fence like every other write.
+	reqCompaction
 )
 
 // request is one write waiting for the writer.
@@ -36,6 +40,8 @@ type request struct {
 	// tombstone cleanup: keys whose tombstones older than below may go.
 	keys  [][]byte
 	below int64
+	// compaction writes
+	ops []kv.Op
 
 	done chan result
 }
@@ -115,6 +121,17 @@ func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (
 	out := resp.Responses[0].GetResponseDeleteRange()
 	out.Header = resp.Header
 	return out, nil
+}
+
+// commitCompaction commits compaction's engine writes through the writer,
+// with the leader's fence: a deposed leader can neither move the compacted
+// revision nor delete history the new leader serves.
+func (b *Backend) commitCompaction(ctx context.Context, ops []kv.Op) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err := b.submit(ctx, &request{kind: reqCompaction, ops: ops})
+	return err
 }
 
 // GrantLease durably creates lease id with ttl (already clamped by the
@@ -204,6 +221,8 @@ func (b *Backend) runGroup(reqs []*request) {
 			err = g.leaseRevoke(r.leaseID)
 		case reqCleanTombstones:
 			err = g.cleanTombstones(r.keys, r.below)
+		case reqCompaction:
+			g.compaction = append(g.compaction, r.ops...)
 		}
 		if err != nil {
 			if isStorageFailure(err) {
@@ -295,7 +314,12 @@ func (b *Backend) commitGroup(g *group) error {
 	if b.metrics != nil {
 		b.metrics.commitSeconds.Observe(time.Since(start).Seconds())
 	}
-	if errors.Is(err, kv.ErrUncertain) {
+	switch {
+	case errors.Is(err, kv.ErrUncertain) && len(g.compaction) > 0:
+		// Compaction's writes are idempotent and take no revision:
+		// nothing later depends on knowing whether they landed, so the
+		// compactor just does them again.
+	case errors.Is(err, kv.ErrUncertain):
 		err = b.resolveUncertain(ctx, g, err)
 	}
 	b.updateLatest(g, err == nil)
@@ -403,6 +427,10 @@ type group struct {
 	witnessKey   []byte
 	witnessValue []byte
 	witnessGone  bool
+
+	// compaction holds a compaction request's ops: they take no revision
+	// and touch no revision key.
+	compaction []kv.Op
 }
 
 func newGroup(b *Backend) *group {
@@ -920,6 +948,7 @@ func (g *group) batch() []kv.Op {
 	}
 	ops = append(ops, g.objects...)
 	ops = append(ops, g.logs...)
+	ops = append(ops, g.compaction...)
 	for _, op := range g.leases {
 		ops = append(ops, op)
 	}
