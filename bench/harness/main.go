@@ -1,8 +1,9 @@
 // Command harness is `make bench`: it starts the ceiling server, a real etcd
 // 3.6 and Engram (badger, memkv, memkv.wasm) one at a time on 127.0.0.1,
 // runs every `engram bench` workload against each with identical parameters,
-// repeats, measures server memory after loading N objects, and writes
-// BENCHMARKS.md with the medians, ratios and a chart.
+// repeats, measures server memory after loading N objects, snapshots that
+// loaded server with etcdctl and restores the file with the store's own
+// tool, and writes BENCHMARKS.md with the medians, ratios and a chart.
 //
 // It owns orchestration and reporting only: the load comes from the engram
 // binary's bench subcommand (so every number in the report can be reproduced
@@ -53,6 +54,10 @@ type harness struct {
 	runs                               map[string][]*result.Report
 	commands                           map[string][]string // store -> example commands
 	rss                                map[string]rssResult
+	snapshot                           bool
+	snapSkipped                        string // why no snapshot was measured
+	snap                               map[string]snapResult
+	etcdctlBin, etcdutlBin             string
 	profileTop                         string
 	goBench                            bool
 	goBenchOut                         string
@@ -87,12 +92,15 @@ func run() error {
 		runs:     map[string][]*result.Report{},
 		commands: map[string][]string{},
 		rss:      map[string]rssResult{},
+		snap:     map[string]snapResult{},
 		versions: map[string]string{},
 		started:  time.Now(),
 	}
 	var stores string
 	flag.StringVar(&h.engramBin, "engram", "bin/engram", "engram binary (serve and bench)")
 	flag.StringVar(&h.etcdBin, "etcd", "bin/etcd", "etcd 3.6 binary")
+	flag.StringVar(&h.etcdctlBin, "etcdctl", "bin/etcdctl36", "etcdctl 3.6 binary (snapshot save)")
+	flag.StringVar(&h.etcdutlBin, "etcdutl", "bin/etcdutl", "etcdutl 3.6 binary (restoring etcd's snapshot)")
 	flag.StringVar(&h.ceilingBin, "ceiling", "bin/engram-ceiling", "ceiling server binary")
 	flag.StringVar(&h.wasmFile, "wasm-file", "testplugins/bin/memkv.wasm", "memkv.wasm plugin for the engram-wasm row (skipped when missing)")
 	flag.StringVar(&stores, "stores", strings.Join([]string{storeCeiling, storeEtcd, storeBadger, storeMemkv, storeWasm}, ","), "stores to run, in this order")
@@ -116,6 +124,7 @@ func run() error {
 	flag.DurationVar(&h.p.duration, "duration", 5*time.Second, "engram bench --duration")
 	flag.IntVar(&h.p.repeats, "repeats", 3, "runs of every workload against every store")
 	flag.IntVar(&h.p.rssObjects, "rss-objects", 1_000_000, "objects loaded before measuring server memory (0: skip)")
+	flag.BoolVar(&h.snapshot, "snapshot", true, "after loading --rss-objects objects, take `etcdctl snapshot save` of each loaded store and restore the file (etcdutl, engram snapshot restore)")
 	flag.IntVar(&h.p.rssBatch, "rss-batch", 10, "objects per create transaction when loading them (engram bench --load-batch)")
 	flag.Parse()
 	h.stores = strings.Split(stores, ",")
@@ -139,6 +148,13 @@ func run() error {
 		if s == storeWasm {
 			if _, err := os.Stat(h.wasmFile); err != nil {
 				h.skipped[s] = fmt.Sprintf("%s is missing (the wasm plugin is not built yet)", h.wasmFile)
+			}
+		}
+	}
+	if h.snapshot && h.p.rssObjects > 0 {
+		for _, bin := range []string{h.etcdctlBin, h.etcdutlBin} {
+			if _, err := os.Stat(bin); err != nil {
+				h.snapSkipped = fmt.Sprintf("%s is missing (make etcd-tools builds it)", bin)
 			}
 		}
 	}
@@ -288,7 +304,7 @@ func (h *harness) profile(ctx context.Context, srv *server) string {
 }
 
 // measureRSS loads rssObjects objects into a fresh store and reads its
-// resident memory.
+// resident memory, then measures a snapshot of it and its restore.
 func (h *harness) measureRSS(ctx context.Context, store string) error {
 	dir := filepath.Join(h.workDir, "rss")
 	srv, err := h.startStore(ctx, store, dir)
@@ -325,6 +341,13 @@ func (h *harness) measureRSS(ctx context.Context, store string) error {
 	h.rss[store] = res
 	if _, ok := h.commands["load"]; !ok {
 		h.commands["load"] = []string{"engram " + strings.Join(args, " ")}
+	}
+	if h.snapshot && h.snapSkipped == "" {
+		if res.LoadError != "" {
+			h.snap[store] = snapResult{Objects: h.p.rssObjects, SaveError: "not taken: the load failed"}
+		} else {
+			h.measureSnapshot(ctx, store, srv)
+		}
 	}
 	return nil
 }

@@ -212,11 +212,13 @@ func (h *harness) writeReport() error {
 		}
 	}
 
+	h.writeSnapshot(&b)
+
 	w("\n## Issue 5 targets (Engram on badger unless named)\n\n")
 	h.writeTargets(&b)
 
 	w("\n## Commands\n\n")
-	w("`%s` builds `bin/engram`, `bin/engram-ceiling` (`bench/cmd/ceiling`) and `bin/etcd` (`bench/etcd`, etcd's own `etcdmain` at the version pinned in its go.mod), then runs `bench/harness`. ", h.mode)
+	w("`%s` builds `bin/engram`, `bin/engram-ceiling` (`bench/cmd/ceiling`) and `bin/etcd`, `bin/etcdctl36`, `bin/etcdutl` (`bench/etcd`: etcd's own `etcdmain`, etcdctl and etcdutl at the version pinned in its go.mod), then runs `bench/harness`. ", h.mode)
 	w("For every store and repeat it starts the server on ports picked at run time, then runs one `engram bench`. The first repeat's commands (ports and paths differ per run):\n\n```sh\n")
 	for _, s := range stores {
 		for _, c := range h.commands[s] {
@@ -226,6 +228,14 @@ func (h *harness) writeReport() error {
 	}
 	if c, ok := h.commands["load"]; ok {
 		w("# memory: against a fresh server of each store\n%s\n", c[0])
+	}
+	for _, s := range stores {
+		if r, ok := h.snap[s]; ok && r.SaveCmd != "" {
+			w("\n# snapshot and restore, %s\n%s\n", s, r.SaveCmd)
+			if r.RestoreCmd != "" {
+				w("%s\n", r.RestoreCmd)
+			}
+		}
 	}
 	w("```\n\nRaw results of every run: [`%s`](%s).\n", h.relToReport(h.outJSON), h.relToReport(h.outJSON))
 
@@ -238,6 +248,69 @@ func (h *harness) writeReport() error {
 			h.goBenchFlags, h.goBenchFlags, h.goBenchTook.Round(time.Second), h.goBenchOut)
 	}
 	return os.WriteFile(h.outMD, []byte(b.String()), 0o644)
+}
+
+// writeSnapshot is the section on snapshot save and restore of the objects
+// the memory measurement loaded.
+func (h *harness) writeSnapshot(b *strings.Builder) {
+	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	w("\n## Snapshot and restore of %d objects\n\n", h.p.rssObjects)
+	switch {
+	case h.p.rssObjects == 0:
+		w("Not measured in this run (`--rss-objects=0`).\n")
+		return
+	case !h.snapshot:
+		w("Not measured in this run (`--snapshot=false`).\n")
+		return
+	case h.snapSkipped != "":
+		w("Not measured in this run: %s.\n", h.snapSkipped)
+		return
+	}
+	w("Each server loaded for the memory measurement above is backed up with `etcdctl snapshot save` (etcdctl 3.6, what operators run; the file ends with etcd's sha256 trailer), ")
+	w("and the file is restored into a fresh data directory with the store's own tool: `etcdutl snapshot restore` for etcd, `engram snapshot restore` with the server's storage settings for Engram. ")
+	w("A server is then started on the restored data and must hold the same number of keys at the same revision. ")
+	w("Times are the commands' wall time, MiB/s the file's size over it. Server RSS is `VmRSS` sampled every 50 ms while the snapshot runs (peak anonymous leaves out file-backed pages such as etcd's mmapped bbolt file); ")
+	w("the restore's peak is the restoring process's `ru_maxrss`, which counts the pages of the snapshot file it maps (both tools read it through bbolt's mmap).\n\n")
+	w("etcd streams the bbolt file it already has (its size includes the free pages the load left). Engram first builds an etcd-format bbolt file from one consistent read, ")
+	w("put in revision order by an external sort in `data-dir/tmp`, then streams it: its time includes building the file. `etcdutl snapshot restore` copies the file and rewrites its membership; ")
+	w("`engram snapshot restore` imports every key with its revisions into the engine.\n\n")
+	w("| store | keys | snapshot | size | MiB/s | server RSS before | peak | peak anonymous | restore | MiB/s | restore peak RSS | restored server |\n")
+	w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, s := range h.ran() {
+		r, ok := h.snap[s]
+		if !ok {
+			continue
+		}
+		if r.SaveError != "" {
+			w("| %s | %d | failed: %s | | | | | | | | | |\n", s, r.Keys, oneLine(r.SaveError, 300))
+			continue
+		}
+		restore, rate, peak, started := "–", "–", "–", "–"
+		switch {
+		case r.RestoreSkipped != "":
+			restore = "– (" + r.RestoreSkipped + ")"
+		case r.RestoreError != "":
+			restore = "failed: " + oneLine(r.RestoreError, 300)
+			peak = mib(r.RestorePeakRSS)
+		default:
+			restore, rate, peak = secs(r.RestoreSeconds), fms(mibps(r.Size, r.RestoreSeconds)), mib(r.RestorePeakRSS)
+			if r.StartError != "" {
+				started = "**" + oneLine(r.StartError, 300) + "**"
+			} else {
+				started = fmt.Sprintf("ready in %s; same keys and revision (%d)", secs(r.StartSeconds), r.RestoredRevision)
+			}
+		}
+		w("| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s, r.Keys, secs(r.SaveSeconds), mib(r.Size), fms(mibps(r.Size, r.SaveSeconds)),
+			mib(r.ServerBefore.RSS), mib(r.ServerPeak), mib(r.ServerPeakAnon), restore, rate, peak, started)
+	}
+}
+
+// secs formats seconds for the tables.
+func secs(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.1f s", v)
+	}
+	return fmt.Sprintf("%.2f s", v)
 }
 
 func (h *harness) errorSamples(stores []string) string {
@@ -340,9 +413,10 @@ func (h *harness) writeRaw() error {
 		return fmt.Errorf("results dir: %w", err)
 	}
 	raw := struct {
-		Runs   map[string][]*result.Report `json:"runs"`
-		Memory map[string]rssResult        `json:"memory"`
-	}{h.runs, h.rss}
+		Runs     map[string][]*result.Report `json:"runs"`
+		Memory   map[string]rssResult        `json:"memory"`
+		Snapshot map[string]snapResult       `json:"snapshot,omitempty"`
+	}{h.runs, h.rss, h.snap}
 	b, err := json.MarshalIndent(raw, "", " ")
 	if err != nil {
 		return fmt.Errorf("encode results: %w", err)

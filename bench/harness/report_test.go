@@ -45,6 +45,17 @@ func TestWriteReport(t *testing.T) {
 		runs:     map[string][]*result.Report{},
 		commands: map[string][]string{storeEtcd: {"etcd --x", "engram bench --y"}},
 		rss:      map[string]rssResult{storeEtcd: {Loaded: memory{RSS: 200 << 20}}, storeBadger: {Loaded: memory{RSS: 100 << 20}}},
+		snapshot: true,
+		snap: map[string]snapResult{
+			storeEtcd: {Objects: 1000, Keys: 1000, Revision: 101, SaveSeconds: 2, Size: 100 << 20,
+				ServerBefore: memory{RSS: 200 << 20}, ServerPeak: 300 << 20, ServerPeakAnon: 150 << 20,
+				RestoreSeconds: 0.5, RestorePeakRSS: 40 << 20, StartSeconds: 1.25, RestoredKeys: 1000, RestoredRevision: 101,
+				SaveCmd: "etcdctl snapshot save f", RestoreCmd: "etcdutl snapshot restore f"},
+			storeBadger: {Objects: 1000, Keys: 1000, Revision: 101, SaveSeconds: 4, Size: 80 << 20,
+				ServerBefore: memory{RSS: 100 << 20}, ServerPeak: 180 << 20, ServerPeakAnon: 170 << 20,
+				RestoreSeconds: 20, RestorePeakRSS: 250 << 20, StartSeconds: 0.5, RestoredKeys: 999, RestoredRevision: 101,
+				StartError: "restored store holds 999 keys at revision 101, the snapshotted one 1000 at 101"},
+		},
 		versions: map[string]string{},
 		started:  time.Now(),
 		p:        params{repeats: 1, rssObjects: 1000, watchers: 10, duration: time.Second},
@@ -79,6 +90,10 @@ func TestWriteReport(t *testing.T) {
 		"*Not run: no plugin.*",
 		"](results/chart.png)",
 		"etcd --x",
+		"## Snapshot and restore of 1000 objects",
+		"| etcd | 1000 | 2.00 s | 100 MiB | 50.0 | 200 MiB | 300 MiB | 150 MiB | 0.50 s | 200 | 40 MiB | ready in 1.25 s; same keys and revision (101) |",
+		"| engram-badger | 1000 | 4.00 s | 80 MiB | 20.0 | 100 MiB | 180 MiB | 170 MiB | 20.0 s | 4.00 | 250 MiB | **restored store holds 999 keys",
+		"etcdutl snapshot restore f",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
@@ -86,5 +101,40 @@ func TestWriteReport(t *testing.T) {
 	}
 	if _, err := os.Stat(h.outChart); err != nil {
 		t.Errorf("chart: %v", err)
+	}
+	raw, err := os.ReadFile(h.outJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"RestorePeakRSS": 41943040`) {
+		t.Errorf("results.json lacks the snapshot figures:\n%s", raw)
+	}
+}
+
+// TestSnapshotSectionNotMeasured checks the section says why it is empty.
+func TestSnapshotSectionNotMeasured(t *testing.T) {
+	for _, c := range []struct {
+		h    harness
+		want string
+	}{
+		{harness{p: params{rssObjects: 0}, snapshot: true}, "(`--rss-objects=0`)"},
+		{harness{p: params{rssObjects: 10}}, "(`--snapshot=false`)"},
+		{harness{p: params{rssObjects: 10}, snapshot: true, snapSkipped: "bin/etcdutl is missing"}, "Not measured in this run: bin/etcdutl is missing."},
+	} {
+		var b strings.Builder
+		c.h.writeSnapshot(&b)
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("section %q lacks %q", b.String(), c.want)
+		}
+	}
+}
+
+// TestSampleRSS samples this process, whose resident memory is not zero.
+func TestSampleRSS(t *testing.T) {
+	stop := sampleRSS(os.Getpid(), time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	p := stop()
+	if p.RSS <= 0 || p.Anon <= 0 || p.n < 2 {
+		t.Errorf("peak %+v: want RSS, anonymous memory and several samples", p)
 	}
 }

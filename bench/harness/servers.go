@@ -105,15 +105,8 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 		}
 		s.httpAddr = fmt.Sprintf("127.0.0.1:%d", hp)
 		bin = h.engramBin
-		s.args = []string{"serve", "--listen-client-urls=http://" + s.endpoint, "--http.listen=" + s.httpAddr,
-			"--data-dir=" + filepath.Join(dir, "data"), "--log.level=warn"}
-		switch kind {
-		case storeMemkv:
-			s.args = append(s.args, "--storage.engine=memkv")
-		case storeWasm:
-			s.args = append(s.args, "--storage.engine=wasm", "--storage.wasm.file="+h.wasmFile,
-				"--storage.wasm.memory-limit=4294967296")
-		}
+		s.args = append([]string{"serve", "--listen-client-urls=http://" + s.endpoint, "--http.listen=" + s.httpAddr,
+			"--data-dir=" + filepath.Join(dir, "data"), "--log.level=warn"}, engramStorageArgs(kind, h.wasmFile)...)
 		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.httpAddr+"/readyz") }
 	default:
 		return nil, fmt.Errorf("unknown store %q", kind)
@@ -150,6 +143,18 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 	}
 }
 
+// engramStorageArgs are the storage settings of an Engram store kind, the
+// same for serve and snapshot restore.
+func engramStorageArgs(kind, wasmFile string) []string {
+	switch kind {
+	case storeMemkv:
+		return []string{"--storage.engine=memkv"}
+	case storeWasm:
+		return []string{"--storage.engine=wasm", "--storage.wasm.file=" + wasmFile, "--storage.wasm.memory-limit=4294967296"}
+	}
+	return nil
+}
+
 // command is the shell-quotable command line that started s.
 func (s *server) command() string {
 	return filepath.Base(s.cmd.Path) + " " + strings.Join(s.args, " ")
@@ -174,8 +179,10 @@ func (s *server) stop() {
 // pages are file-backed mmap).
 type memory struct{ RSS, Anon, File int64 }
 
-func (s *server) memory() (memory, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+func (s *server) memory() (memory, error) { return readMemory(s.cmd.Process.Pid) }
+
+func readMemory(pid int) (memory, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return memory{}, fmt.Errorf("read status: %w", err)
 	}
