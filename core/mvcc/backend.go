@@ -148,6 +148,7 @@ type Backend struct {
 	latest           *latestCache // nil on followers or when disabled
 	barrier          readBarrier
 	tempDir          string
+	inflight         atomic.Pointer[inflightCommit] // leaders over a shared store only
 
 	reqs   chan *request
 	stopCh chan struct{}
@@ -260,11 +261,39 @@ func (b *Backend) Close() error {
 // readRevisions returns the revision a read observes and the compacted
 // revision. A follower reads both from the store: the change log's last
 // record is the highest revision any leader committed.
+//
+// On a leader over a shared store (a cluster: Fence is set) a read also
+// waits for a commit in flight: the engine may already show that commit's
+// revision to the followers, which read the store, before this node
+// publishes it, and no read may return an older revision than one another
+// read already observed (linearizability). A single node's store has no
+// other reader, so it needs no wait.
 func (b *Backend) readRevisions(ctx context.Context) (int64, int64, error) {
-	if !b.readOnly {
-		return b.clock.Current(), b.compactRev.Load(), nil
+	if b.readOnly {
+		return b.barrier.wait(ctx)
 	}
-	return b.barrier.wait(ctx)
+	if b.fence != nil {
+		for {
+			inf := b.inflight.Load()
+			if inf == nil || inf.rev <= b.clock.Current() {
+				break
+			}
+			select {
+			case <-inf.done:
+			case <-ctx.Done():
+				return 0, 0, ctx.Err()
+			}
+		}
+	}
+	return b.clock.Current(), b.compactRev.Load(), nil
+}
+
+// inflightCommit is a commit the writer has sent to the engine and not yet
+// published (or failed): rev is the revision it publishes, done closes
+// once it is settled.
+type inflightCommit struct {
+	rev  int64
+	done chan struct{}
 }
 
 // fetchRevisions reads the current and compacted revisions from the store.

@@ -309,6 +309,15 @@ func (b *Backend) commitGroup(g *group) error {
 		ops = append(ops, op)
 	}
 	ctx := context.Background()
+	if b.fence != nil && g.rev > g.baseRev {
+		// Reads wait for this commit to settle (see readRevisions).
+		inf := &inflightCommit{rev: g.rev, done: make(chan struct{})}
+		b.inflight.Store(inf)
+		defer func() {
+			b.inflight.CompareAndSwap(inf, nil)
+			close(inf.done)
+		}()
+	}
 	start := time.Now()
 	err := b.store.Commit(ctx, ops)
 	if b.metrics != nil {
