@@ -262,8 +262,8 @@ func (b *Backend) Close() error {
 // revision. A follower reads both from the store: the change log's last
 // record is the highest revision any leader committed.
 //
-// On a leader over a shared store (a cluster: Fence is set) a read also
-// waits for a commit in flight: the engine may already show that commit's
+// On a leader over a shared store (a cluster: Fence is set) a read checks
+// that the leader's lease still holds, and waits for a commit in flight: the engine may already show that commit's
 // revision to the followers, which read the store, before this node
 // publishes it, and no read may return an older revision than one another
 // read already observed (linearizability). A single node's store has no
@@ -273,6 +273,12 @@ func (b *Backend) readRevisions(ctx context.Context) (int64, int64, error) {
 		return b.barrier.wait(ctx)
 	}
 	if b.fence != nil {
+		// A leader whose lease ran out may already have a successor
+		// taking writes: it must not answer from its own clock. (The
+		// elector steps down only at its next tick.)
+		if _, err := b.fence(); err != nil {
+			return 0, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
+		}
 		for {
 			inf := b.inflight.Load()
 			if inf == nil || inf.rev <= b.clock.Current() {

@@ -158,3 +158,30 @@ func TestLeaderReadNeverBehindFollower(t *testing.T) {
 		t.Fatalf("leader read at revision %d after a follower read observed %d", rev, seen)
 	}
 }
+
+// TestExpiredLeaderRefusesReads: once its lease ran out a leader refuses
+// reads too, since a successor may already be taking writes.
+func TestExpiredLeaderRefusesReads(t *testing.T) {
+	ctx := context.Background()
+	var expired sync.Mutex
+	lost := false
+	b, err := Open(ctx, Options{Store: memkv.New(), Fence: func() (kv.Op, error) {
+		expired.Lock()
+		defer expired.Unlock()
+		if lost {
+			return kv.Op{}, election.ErrNotLeader
+		}
+		return kv.Put([]byte("fence"), nil), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	put(t, b, "k", "v")
+	expired.Lock()
+	lost = true
+	expired.Unlock()
+	if _, err := b.Range(ctx, &pb.RangeRequest{Key: []byte("k")}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("read on a leader whose lease ran out: %v, want ErrNotLeader", err)
+	}
+}
