@@ -87,7 +87,10 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	}
 	defer f.Close()
 	info := f.Info()
-	out := RestoreInfo{Snapshot: info, Rev: info.Revision + opts.BumpRevision, CompactRev: info.CompactRev}
+	// A compaction etcd had scheduled but not finished is the compacted
+	// revision clients see (etcd resumes it on start); the store compacts
+	// the rest of that history when it opens.
+	out := RestoreInfo{Snapshot: info, Rev: info.Revision + opts.BumpRevision, CompactRev: max(info.CompactRev, info.ScheduledCompactRev)}
 	if opts.MarkCompacted {
 		out.CompactRev = out.Rev
 	}
