@@ -1,33 +1,51 @@
 // Package election elects one leader among Engram nodes that share a store,
 // using only the kv.Store contract, and fences a deposed leader's writes.
 //
-// It owns two records: the lease record (who leads, at which term, and a
-// renewal counter the leader bumps every RenewInterval with a
-// compare-and-swap) and the term record (the current term, written only when
-// leadership changes). It does not decide what a leader does; the server
-// reacts to its callbacks.
+// It owns two records in the store: the lease record (who leads, at which
+// term, and a renewal counter the leader bumps every RenewInterval with a
+// compare-and-swap) and the term record (the current term, rewritten only
+// when leadership changes). It must not decide what a leader does (the
+// server reacts to its callbacks), write any other key, or read the time
+// other than through its Clock. It must never count itself leader on
+// anything but its own committed takeover: an uncertain commit answer is a
+// failure even when the record was written, and the next round claims the
+// record again with a new term.
 //
 // # Safety
 //
-// No clock is shared between nodes; each node only measures durations on its
-// own monotonic clock:
+// Invariant: at no time do two nodes both count themselves leader with a
+// lease that has not ended (Fence succeeds on both), and, whatever the
+// clocks do, no write batch fenced with a term commits once a later term has
+// begun. No clock is shared between nodes; each node only measures durations
+// on its own clock, and the first half needs those clocks to run at the same
+// rate, nothing more. Three rules make it hold:
 //
-//   - The leader counts itself leader until LeaseDuration after the start of
-//     its last successful renewal. It stops writing at that point even when
-//     it cannot reach the store.
-//   - A candidate takes over only after it has seen the same lease record for
-//     LeaseDuration. It first saw that record after the renewal that wrote it
-//     committed, so the old leader's own deadline has passed by then (given
-//     clocks that run at about the same rate).
-//   - Fencing backs up the timing argument: every write batch of a leader
-//     carries FenceOp, a compare of the term record against its own term.
-//     Taking over rewrites the term record in the same batch as the lease
-//     record, so once a new leader exists every batch of the old one fails
-//     whole, whatever the clocks did.
+//   - A leader stops serving (Fence fails) no later than LeaseDuration after
+//     the start of its last successful renewal (or of its takeover), even
+//     when it cannot reach the store. Its loop steps down at that moment too,
+//     also when a store call hangs (the call is abandoned); only a callback
+//     still running (a slow Elected) delays the step-down, never the end of
+//     Fence.
+//   - A candidate takes over only after it has seen the same lease record,
+//     unchanged, for LeaseDuration from when it first saw it. It first saw
+//     the record after the renewal that wrote it committed, and that renewal
+//     started before it committed, so the old leader's lease has ended by
+//     then. Records never repeat (terms only grow, and renewals only grow
+//     within a term), so a record that changed and changed back cannot fool
+//     the wait.
+//   - Every write batch of a leader carries FenceOp, a compare of the term
+//     record against its own term. Taking over rewrites the term record in
+//     the same batch as the lease record, so once a new leader exists every
+//     batch of an old one fails whole, even a leader that missed its lease
+//     end (a stalled process, a clock that ran slow).
 //
-// A node that restarts with the same ID as the recorded holder (the same
+// A node that starts with the same ID as the recorded holder (the same
 // process name on the same store) takes over at once with a new term: the
-// previous holder was itself.
+// previous holder was itself. IDs must therefore be unique among live nodes.
+//
+// Run is a small state machine (follow, claim, renew, wait; see run.go): one
+// round at start and then one every RenewInterval, each a read of the lease
+// record and at most one conditional batch.
 package election
 
 import (
@@ -147,6 +165,9 @@ type Options struct {
 	// RenewInterval is the period of renewals and of candidates' checks.
 	RenewInterval time.Duration
 	Logger        *slog.Logger
+	// Clock is the time source; nil means the system clock. Tests inject
+	// a fake one.
+	Clock Clock
 }
 
 // Callbacks tell the server about role changes. They are called from the
@@ -158,18 +179,22 @@ type Callbacks struct {
 	// the next round retries.
 	Elected func(ctx context.Context, term int64) error
 	// SteppedDown is called when this node stops leading. The server must
-	// stop writing before it returns.
+	// stop writing before it returns. It comes before the LeaderChanged
+	// that names the next leader (or none).
 	SteppedDown func()
 	// LeaderChanged is called whenever the known leader changes; ok is
-	// false while there is none.
+	// false while there is none. While Run runs, the known leader is this
+	// node only while it leads.
 	LeaderChanged func(r Record, ok bool)
 }
 
 // Elector runs the election for one node.
 type Elector struct {
-	opts Options
-	log  *slog.Logger
+	opts  Options
+	log   *slog.Logger
+	clock Clock
 
+	// mu guards what the loop publishes for Fence, Leader and IsLeader.
 	mu        sync.Mutex
 	leader    Record
 	known     bool
@@ -183,13 +208,15 @@ type Elector struct {
 var ErrNotLeader = errors.New("election: not the leader")
 
 // Fence returns the op to add to a write batch, or ErrNotLeader when this
-// node is not leader or its lease may have run out. Checking the lease here,
-// right before each commit, keeps a leader whose elector is stuck on a slow
-// store from writing past its lease.
+// node is not leader or its lease may have run out (on the elector's Clock).
+// Checking the lease here, right before each commit, keeps a leader whose
+// elector is stuck on a slow store or in a callback from serving past its
+// lease. The check holds at the moment of the call only: a write stays safe
+// after it through FenceOp; a read must take its read point after the call.
 func (e *Elector) Fence() (kv.Op, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.leading || time.Since(e.renewedAt) >= e.opts.LeaseDuration {
+	if !e.leading || e.clock.Now().Sub(e.renewedAt) >= e.opts.LeaseDuration {
 		return kv.Op{}, ErrNotLeader
 	}
 	return FenceOp(e.term), nil
@@ -212,7 +239,10 @@ func New(opts Options) (*Elector, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &Elector{opts: opts, log: opts.Logger}, nil
+	if opts.Clock == nil {
+		opts.Clock = realClock{}
+	}
+	return &Elector{opts: opts, log: opts.Logger, clock: opts.Clock}, nil
 }
 
 // Leader returns the leader this node knows of.
@@ -222,158 +252,21 @@ func (e *Elector) Leader() (Record, bool) {
 	return e.leader, e.known
 }
 
-// IsLeader reports whether this node leads.
+// IsLeader reports whether this node leads. It turns false when the loop
+// steps down; Fence already fails from the end of the lease on, even while
+// a callback holds the loop.
 func (e *Elector) IsLeader() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.leading
 }
 
-// Run takes part in the election until ctx ends; a leader steps down then.
-func (e *Elector) Run(ctx context.Context, cb Callbacks) {
-	var (
-		raw         []byte    // lease record as last read
-		observedAt  time.Time // when raw was first seen (candidates)
-		renewedAt   time.Time // start of the last successful renewal (leader)
-		leaderCtx   context.Context
-		stopLeading context.CancelFunc
-	)
-	stepDown := func(why string) {
-		if stopLeading == nil {
-			return
-		}
-		e.log.Warn("stepping down", "reason", why)
-		stopLeading()
-		stopLeading = nil
-		e.mu.Lock()
-		e.leading = false
-		e.mu.Unlock()
-		if cb.SteppedDown != nil {
-			cb.SteppedDown()
-		}
-	}
-	setLeader := func(r Record, ok bool) {
-		e.mu.Lock()
-		changed := ok != e.known || r.Holder != e.leader.Holder || r.Term != e.leader.Term
-		e.leader, e.known = r, ok
-		e.mu.Unlock()
-		if changed && cb.LeaderChanged != nil {
-			cb.LeaderChanged(r, ok)
-		}
-	}
-	defer stepDown("shutting down")
-	t := time.NewTicker(e.opts.RenewInterval)
-	defer t.Stop()
-	for {
-		start := time.Now()
-		cur, err := e.opts.Store.Get(ctx, coder.MetaKey(leaseName))
-		switch {
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, kv.ErrNotFound):
-			cur = nil
-		case err != nil:
-			e.log.Warn("election: reading the lease record failed", "err", err)
-			if stopLeading != nil && time.Since(renewedAt) >= e.opts.LeaseDuration {
-				stepDown("could not renew within the lease duration")
-				setLeader(Record{}, false)
-			}
-			if stopLeading == nil && !observedAt.IsZero() && time.Since(observedAt) >= e.opts.LeaseDuration {
-				// The leader we knew has not been seen renewing for a
-				// whole lease: it may be gone.
-				setLeader(Record{}, false)
-			}
-			goto wait
-		}
-		{
-			var rec Record
-			if cur != nil {
-				if rec, err = decodeRecord(cur); err != nil {
-					e.log.Error("election: lease record is malformed; taking over", "err", err)
-					cur, rec = nil, Record{}
-				}
-			}
-			switch {
-			case cur != nil && rec.Holder == e.opts.ID && stopLeading != nil:
-				// Leading: renew.
-				next := rec
-				next.Renewals++
-				err := e.opts.Store.Commit(ctx, []kv.Op{kv.CompareAndSwap(coder.MetaKey(leaseName), cur, next.encode()), FenceOp(rec.Term)})
-				switch {
-				case err == nil:
-					renewedAt = start
-					raw = next.encode()
-					e.mu.Lock()
-					e.renewedAt = start
-					e.mu.Unlock()
-				case ctx.Err() != nil:
-					return
-				default:
-					if _, lost := kv.AsConflict(err); lost {
-						stepDown("another node took over")
-						raw, observedAt = nil, time.Time{}
-					} else if time.Since(renewedAt) >= e.opts.LeaseDuration {
-						stepDown(fmt.Sprintf("could not renew within the lease duration: %v", err))
-						setLeader(Record{}, false)
-					}
-				}
-			case cur == nil || rec.Holder == e.opts.ID ||
-				bytes.Equal(cur, raw) && !observedAt.IsZero() && time.Since(observedAt) >= e.opts.LeaseDuration:
-				// No leader, our own previous incarnation, or a leader that
-				// stopped renewing: take over.
-				stepDown("lease record changed")
-				term, ok := e.takeOver(ctx, cur, rec)
-				if !ok && cur != nil && rec.Holder != e.opts.ID {
-					// The holder stopped renewing and we could not take
-					// over: there is no leader now.
-					setLeader(Record{}, false)
-				}
-				if ok {
-					renewedAt = start
-					raw, observedAt = nil, time.Time{}
-					var lctx context.Context
-					lctx, stopLeading = context.WithCancel(ctx)
-					leaderCtx = lctx
-					e.mu.Lock()
-					e.leading, e.term, e.renewedAt = true, term, start
-					e.mu.Unlock()
-					me := Record{Holder: e.opts.ID, URL: e.opts.URL, Term: term}
-					setLeader(me, true)
-					e.log.Info("elected leader", "term", term)
-					if cb.Elected != nil {
-						if err := cb.Elected(leaderCtx, term); err != nil {
-							stepDown(fmt.Sprintf("taking up leadership failed: %v", err))
-							setLeader(Record{}, false)
-						}
-					}
-				}
-			default:
-				// Following: note when the record last changed.
-				if !bytes.Equal(cur, raw) {
-					raw, observedAt = cur, time.Now()
-					setLeader(rec, true)
-				}
-				if stopLeading != nil {
-					stepDown("another node holds the lease")
-				}
-			}
-		}
-		if stopLeading != nil && time.Since(renewedAt) >= e.opts.LeaseDuration {
-			stepDown("lease expired before renewal")
-			setLeader(Record{}, false)
-		}
-	wait:
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
 // takeOver writes a new lease record and term in one batch, conditional on
-// the record read (or its absence).
-func (e *Elector) takeOver(ctx context.Context, cur []byte, old Record) (int64, bool) {
+// the lease record read (cur, nil when absent; old is its content, zero when
+// malformed) and on the term record. It returns the new term, or an error
+// when the batch was not applied or may not have been (kv.ErrUncertain): the
+// caller does not lead then, whatever the record says.
+func (e *Elector) takeOver(ctx context.Context, cur []byte, old Record) (int64, error) {
 	termKey := coder.MetaKey(termName)
 	lastTerm := old.Term
 	tv, err := e.opts.Store.Get(ctx, termKey)
@@ -381,8 +274,7 @@ func (e *Elector) takeOver(ctx context.Context, cur []byte, old Record) (int64, 
 	case errors.Is(err, kv.ErrNotFound):
 		tv = nil
 	case err != nil:
-		e.log.Warn("election: reading the term failed", "err", err)
-		return 0, false
+		return 0, fmt.Errorf("reading the term: %w", err)
 	default:
 		if t, derr := decodeTerm(tv); derr == nil {
 			lastTerm = max(lastTerm, t)
@@ -402,10 +294,7 @@ func (e *Elector) takeOver(ctx context.Context, cur []byte, old Record) (int64, 
 		ops = append(ops, kv.CompareAndSwap(termKey, tv, termValue(term)))
 	}
 	if err := e.opts.Store.Commit(ctx, ops); err != nil {
-		if _, lost := kv.AsConflict(err); !lost {
-			e.log.Warn("election: taking over failed", "err", err)
-		}
-		return 0, false
+		return 0, err
 	}
-	return term, true
+	return term, nil
 }
