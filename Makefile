@@ -62,8 +62,10 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # them); the SDK is also vetted for wasip1, the target plugins build for.
 # The Kubernetes suite's etcd3 package runs again with Engram on badger (the
 # default engine, on disk), on memkv.wasm, on postgres.wasm over a throwaway
-# PostgreSQL (internal/pgtest; skipped without PostgreSQL unless CI is set)
-# and on the TiKV adaptor over client-go's mock cluster.
+# PostgreSQL (internal/pgtest; skipped without PostgreSQL unless CI is set),
+# on the TiKV adaptor over client-go's mock cluster, and on badger stores
+# migrated from a real etcd by core/migrate (tests/k8s/internal/backend/
+# migrated.go; about 30 s).
 test: plugins etcd-tools
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
@@ -76,6 +78,7 @@ test: plugins etcd-tools
 	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-memkv ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/memkv.wasm $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-postgres ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/postgres.wasm $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=tikv $(GO) test -count=1 ./etcd3/...
+	cd tests/k8s && ENGRAM_K8S_BACKEND=migrated $(GO) test -count=1 ./etcd3/...
 
 # Load benchmarks (BENCHMARKS.md, bench/README.md). bench-tools builds the
 # ceiling server, a real etcd 3.6 (bench/etcd pins it; if that build fails,

@@ -305,7 +305,7 @@ func (m *migration) follow(ctx context.Context, cutover <-chan struct{}) (Result
 		}
 		target = rev
 		m.log.Info("cut-over: draining to the source's revision", "revision", target, "applied", m.im.Record().Applied)
-		return m.opts.Client.RequestProgress(wctx)
+		return m.requestProgress(wctx)
 	}
 	for {
 		if a := m.im.Record().Applied; target != 0 && a >= target {
@@ -348,14 +348,17 @@ func (m *migration) follow(ctx context.Context, cutover <-chan struct{}) (Result
 			if target != 0 {
 				// Ask again: a progress request is answered only once
 				// the watch has caught up.
-				if err := m.opts.Client.RequestProgress(wctx); err != nil {
-					return Result{}, fmt.Errorf("migrate: request progress: %w", err)
+				if err := m.requestProgress(wctx); err != nil {
+					return Result{}, err
 				}
 			}
 			if time.Since(m.lastSync) > m.opts.LeaseSyncInterval {
 				if err := m.syncLeases(ctx); err != nil {
 					return Result{}, err
 				}
+			}
+			if m.opts.Progress != nil {
+				m.pollSourceRevision(ctx)
 			}
 			a := m.im.Record().Applied
 			m.report(Progress{Phase: phaseName(target), Applied: a, SourceRev: max(m.sourceRev, a), Rate: float64(a-lastApply) / time.Since(lastRep).Seconds()})
@@ -467,6 +470,37 @@ func (m *migration) syncLeases(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// progressTimeout bounds handing a progress request to the watch stream.
+const progressTimeout = 5 * time.Second
+
+// requestProgress asks the source's watch (wctx's stream) for a progress
+// notification. It is bounded: clientv3 hands the request to the stream's
+// goroutine (no round trip: that is at once), which does not take it while
+// it reconnects to a source that is gone, and wctx has no deadline, so an
+// unbounded call would hang the migration during the cut-over instead of
+// ending it with an error.
+func (m *migration) requestProgress(wctx context.Context) error {
+	cctx, cancel := context.WithTimeout(wctx, progressTimeout)
+	defer cancel()
+	if err := m.opts.Client.RequestProgress(cctx); err != nil {
+		return fmt.Errorf("migrate: request progress: %w", err)
+	}
+	return nil
+}
+
+// pollSourceRevision raises sourceRev to the source's current revision, for
+// the progress report's "revisions behind": the watch's own headers lag as
+// far as the migration does, so they would show it caught up when it is
+// not. Bounded by a short timeout; a failure is left to the calls that
+// must succeed (the lease sync).
+func (m *migration) pollSourceRevision(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if r, err := m.opts.Client.Get(cctx, "\x00", clientv3.WithCountOnly()); err == nil && r.Header.Revision > m.sourceRev {
+		m.sourceRev = r.Header.Revision
+	}
 }
 
 // sourceRevision reads the source's current revision.

@@ -19,8 +19,9 @@ var ErrMismatch = errors.New("migrate: the target differs from the source")
 
 // Side is one end of a verification: an etcd v3 endpoint or a local store.
 type Side interface {
-	// HashKV returns etcd's HashKV at rev.
-	HashKV(ctx context.Context, rev int64) (uint32, error)
+	// HashKV returns etcd's HashKV at rev and the compacted revision it
+	// was computed with (-1: never compacted).
+	HashKV(ctx context.Context, rev int64) (hash uint32, compactRev int64, err error)
 	// Range returns up to limit live keys in [key, end) at rev.
 	Range(ctx context.Context, key, end []byte, rev, limit int64) ([]*mvccpb.KeyValue, bool, error)
 }
@@ -28,16 +29,16 @@ type Side interface {
 // Remote is an etcd v3 endpoint as a Side.
 type Remote struct{ Client *clientv3.Client }
 
-func (r Remote) HashKV(ctx context.Context, rev int64) (uint32, error) {
+func (r Remote) HashKV(ctx context.Context, rev int64) (uint32, int64, error) {
 	eps := r.Client.Endpoints()
 	if len(eps) == 0 {
-		return 0, errors.New("migrate: no endpoint")
+		return 0, 0, errors.New("migrate: no endpoint")
 	}
 	resp, err := r.Client.HashKV(ctx, eps[0], rev)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return resp.Hash, nil
+	return resp.Hash, resp.CompactRevision, nil
 }
 
 func (r Remote) Range(ctx context.Context, key, end []byte, rev, limit int64) ([]*mvccpb.KeyValue, bool, error) {
@@ -63,9 +64,9 @@ func OpenLocal(ctx context.Context, store kv.Store, tempDir string) (*Local, err
 // Close releases the read-only view (not the store).
 func (l *Local) Close() error { return l.b.Close() }
 
-func (l *Local) HashKV(ctx context.Context, rev int64) (uint32, error) {
+func (l *Local) HashKV(ctx context.Context, rev int64) (uint32, int64, error) {
 	h, err := l.b.HashKV(ctx, rev)
-	return h.Hash, err
+	return h.Hash, h.CompactRev, err
 }
 
 func (l *Local) Range(ctx context.Context, key, end []byte, rev, limit int64) ([]*mvccpb.KeyValue, bool, error) {
@@ -87,17 +88,33 @@ type VerifyOptions struct {
 
 // Verify compares target with source at opts.Rev: etcd's HashKV for the
 // whole keyspace, and key by key (value, create and mod revision, version,
-// lease) under a prefix or to name the first difference when the hashes
-// differ. It returns a one-line account of what matched.
+// lease) under a prefix, to name the first difference when the hashes
+// differ, or when the hashes cannot be compared. It returns a one-line
+// account of what matched.
+//
+// HashKV skips history at or below the compacted revision it is computed
+// with, so two hashes compare only when both sides report the same one.
+// They differ when the source compacted during the migration (the target
+// keeps the base's compacted revision and the history above it), and when
+// rev is a revision the source compacted at: etcd then answers with the
+// hash it computed while compacting, which reports the compaction before.
+// Keys are compared then.
 func Verify(ctx context.Context, source, target Side, opts VerifyOptions) (string, error) {
 	if len(opts.Prefix) == 0 {
-		hs, err := source.HashKV(ctx, opts.Rev)
+		hs, cs, err := source.HashKV(ctx, opts.Rev)
 		if err != nil {
 			return "", fmt.Errorf("migrate: HashKV of the source at %d: %w", opts.Rev, err)
 		}
-		ht, err := target.HashKV(ctx, opts.Rev)
+		ht, ct, err := target.HashKV(ctx, opts.Rev)
 		if err != nil {
 			return "", fmt.Errorf("migrate: HashKV of the target at %d: %w", opts.Rev, err)
+		}
+		if cs != ct {
+			n, err := compareRanges(ctx, source, target, []byte{0}, []byte{0}, opts.Rev)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("all %d keys match at revision %d (HashKV not comparable: the source hashed with compacted revision %d, the target %d)", n, opts.Rev, cs, ct), nil
 		}
 		if hs == ht {
 			return fmt.Sprintf("HashKV at revision %d is %d on both", opts.Rev, hs), nil

@@ -24,8 +24,9 @@ const backendName = "engram"
 // by the wasm host (its path in WasmEnv), so the whole suite also checks
 // Engram on a WebAssembly storage plugin, "wasm-postgres" for postgres.wasm
 // (its path in WasmEnv) on a throwaway PostgreSQL with a table per test
-// (postgres.go), and "tikv" for the TiKV adaptor on a fresh in-process mock
-// TiKV cluster per test (tikv.go).
+// (postgres.go), "tikv" for the TiKV adaptor on a fresh in-process mock
+// TiKV cluster per test (tikv.go), and "migrated" for badger stores
+// migrated from a real etcd by core/migrate (migrated.go).
 const (
 	BackendEnv = "ENGRAM_K8S_BACKEND"
 	WasmEnv    = "ENGRAM_K8S_WASM"
@@ -52,6 +53,8 @@ func startServer(t testing.TB) string {
 		opts.Store = st
 	case "tikv":
 		opts.Store = openTiKVStore(t)
+	case "migrated":
+		opts.Store = openMigratedStore(t)
 	case "badger":
 		// The default engine of `engram serve`, on disk with every write
 		// fsynced, one directory per test.
@@ -66,7 +69,7 @@ func startServer(t testing.TB) string {
 		})
 		opts.Store = st
 	default:
-		t.Fatalf("%s=%q: unknown backend (want empty, badger, wasm-memkv, wasm-postgres or tikv)", BackendEnv, b)
+		t.Fatalf("%s=%q: unknown backend (want empty, badger, wasm-memkv, wasm-postgres, tikv or migrated)", BackendEnv, b)
 	}
 	return servertest.Start(t, opts).Endpoint
 }
