@@ -186,3 +186,43 @@ func TestPrefix(t *testing.T) {
 		t.Fatalf("first write on Engram: %v, %v; want revision %d", p, err, final+1)
 	}
 }
+
+// TestSourceCompactsWhileFollowing: kube-apiserver compacts its etcd every
+// five minutes, so a migration that follows for long sees compactions. The
+// target takes the source's compacted revision at the cut-over, and the two
+// HashKV then compare bit for bit.
+func TestSourceCompactsWhileFollowing(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t, 2*time.Minute)
+	e, src := startSource(t)
+	w := &writer{cli: src}
+	if _, err := preload(ctx, w, rand.New(rand.NewPCG(7, 8)), []string{"/pre/"}, 150); err != nil {
+		t.Fatal(err)
+	}
+	st := openBadger(t, "")
+	var logs logBuffer
+	pl := newProgressLog(nil)
+	cut := make(chan struct{})
+	ch := runAsync(ctx, migrate.Options{Client: src, Source: e.ClientURL, Store: st, TempDir: t.TempDir(), Logger: logs.logger(), Progress: pl.record}, cut)
+	if _, err := pl.waitFor(ctx, func(p migrate.Progress) bool { return p.Phase == "follow" }); err != nil {
+		t.Fatalf("waiting for the migration to follow: %v\n%s", err, logs.String())
+	}
+	if err := loadWriters(ctx, w, []string{"/a/"}, 20, 2, 60, nil); err != nil {
+		t.Fatal(err)
+	}
+	compactAt := w.maxRev.Load() - 10
+	if err := w.compact(ctx, compactAt); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadWriters(ctx, w, []string{"/a/"}, 20, 2, 30, nil); err != nil {
+		t.Fatal(err)
+	}
+	close(cut)
+	r := waitRun(t, ch, time.Minute)
+	if r.err != nil {
+		t.Fatalf("migration: %v\n%s", r.err, logs.String())
+	}
+	if r.res.CompactRev != compactAt || !strings.Contains(r.res.Verified, "HashKV at revision") || !strings.Contains(r.res.Verified, "on both") {
+		t.Fatalf("cut-over %+v: want the source's compacted revision %d and equal HashKV", r.res, compactAt)
+	}
+}
