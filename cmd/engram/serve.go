@@ -167,9 +167,12 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 	if err != nil {
 		return err
 	}
-	tempDir, err := prepareTempDir(cfg.DataDir)
-	if err != nil {
-		return err
+	// memkv keeps nothing on disk, not even in the data directory.
+	tempDir := ""
+	if cfg.Storage.Engine != config.EngineMemKV {
+		if tempDir, err = prepareTempDir(cfg.DataDir); err != nil {
+			return err
+		}
 	}
 	opts := server.Options{
 		Store:                  store,
