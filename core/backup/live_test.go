@@ -127,6 +127,12 @@ func compareStores(t *testing.T, a, b *clientv3.Client, from, to int64) {
 		if !sameKVs(ra.Kvs, rb.Kvs) {
 			t.Fatalf("range at %d differs:\n%v\n%v", rev, ra.Kvs, rb.Kvs)
 		}
+		if (rev-from)%7 != 1 && rev != to {
+			// HashKV reads the whole history; every revision of the
+			// etcd-made snapshots is hashed in TestRestoreEtcdSnapshots,
+			// a sample suffices here.
+			continue
+		}
 		if rev == from {
 			// At exactly the compacted revision a live etcd answers
 			// from the hash it kept while compacting (the history
