@@ -49,14 +49,25 @@ func forwardCtx(ctx context.Context) context.Context {
 }
 
 // forwardErr keeps the leader's own answers; a failure to reach the leader
-// becomes etcd's "leader changed", which clients retry.
+// becomes etcd's "leader changed", which clients retry only when it is safe.
+//
+// A forwarded call that ends Canceled must not be answered Canceled:
+// clientv3 takes a Canceled answer while its own context is live for a
+// per-attempt cancellation and sends the request again, writes included. A
+// follower that changes leader closes its old connection, which cancels the
+// calls in flight on it ("grpc: the client connection is closing") although
+// the old leader may have applied them, so a write ran twice (issue 10's
+// linearizability check recorded one Put at two revisions). If the caller
+// itself gave up, nobody reads the answer.
 func forwardErr(err error) error {
 	if errors.Is(err, context.Canceled) {
-		return rpctypes.ErrGRPCCanceled
+		return rpctypes.ErrGRPCLeaderChanged
 	}
 	st, ok := status.FromError(err)
 	switch {
 	case !ok:
+		return rpctypes.ErrGRPCLeaderChanged
+	case st.Code() == codes.Canceled:
 		return rpctypes.ErrGRPCLeaderChanged
 	case st.Code() == codes.Unavailable && !strings.HasPrefix(st.Message(), "etcdserver:"):
 		return rpctypes.ErrGRPCLeaderChanged
