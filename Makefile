@@ -9,10 +9,13 @@ ARGS    ?=
 
 # Root-module packages tested with the race detector: everything but the
 # end-to-end suite, whose work happens in a separately built server process
-# (instrumenting the test driver would only slow it down).
-RACE_PKGS = $(shell $(GO) list ./... | grep -v '/tests/e2e')
+# (instrumenting the test driver would only slow it down), and the
+# linearizability runs, which pace 1,000 operations/s against real and
+# in-process servers and would only measure the detector's overhead (the
+# packages they drive have race-tested tests of their own).
+RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test bench bench-tools bench-quick bench-go lint clean plugins etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-go lint clean plugins etcd-tools
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty, postgres), built
 # with the Go SDK as WASI reactors into testplugins/bin/. The host's tests,
@@ -57,6 +60,13 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 
 # tests/e2e builds and runs the real binary; go test's cache cannot see that
 # dependency, so -count=1 makes it run against the current sources every time.
+# tests/linearizability (issue 10) records concurrent clients' operations
+# and a watcher's events and checks them with porcupine against etcd's KV
+# semantics: one engram process on badger killed with SIGKILL, three over
+# PostgreSQL with the leader killed (skipped without PostgreSQL unless CI is
+# set), three in-process nodes over a shared memkv with kills, store
+# partitions and uncertain commits; 20 s of load each, about 90 s in all.
+# It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
 # abi/, sdk/ and testplugins/ are modules of their own (plugins link only
 # them); the SDK is also vetted for wasip1, the target plugins build for.
@@ -73,12 +83,26 @@ test: plugins etcd-tools
 	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	$(GO) test -race $(RACE_PKGS)
 	$(GO) test -count=1 ./tests/e2e/...
+	$(GO) test -count=1 ./tests/linearizability/...
 	cd tests/k8s && $(GO) test ./...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=badger $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-memkv ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/memkv.wasm $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-postgres ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/postgres.wasm $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=tikv $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=migrated $(GO) test -count=1 ./etcd3/...
+
+# Longer linearizability runs than make test's: each run's load lasts
+# SOAK_DURATION (issue 10 asks for a minute of leader kills over
+# PostgreSQL) and every run is repeated SOAK_COUNT times, the TiKV mock
+# variant included. A minute's history is about 60,000 operations: porcupine
+# checks it in about 10 s and 2 GB. A failed run prints its seed
+# (ENGRAM_LIN_SEED=...) and leaves its history and porcupine's visualization
+# under $TMPDIR (or ENGRAM_LIN_ARTIFACTS).
+SOAK_DURATION ?= 60s
+SOAK_COUNT    ?= 3
+soak: plugins
+	ENGRAM_LIN_SOAK=1 ENGRAM_LIN_DURATION=$(SOAK_DURATION) $(GO) test -count=$(SOAK_COUNT) -timeout=0 -v \
+		-run '^Test(SingleNode|Cluster)' ./tests/linearizability/
 
 # Load benchmarks (BENCHMARKS.md, bench/README.md). bench-tools builds the
 # ceiling server, a real etcd 3.6 (bench/etcd pins it; if that build fails,

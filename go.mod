@@ -5,6 +5,7 @@ go 1.26.8
 require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/KimMachineGun/automemlimit v1.0.1
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/dgraph-io/badger/v3 v3.2103.5
 	github.com/engramkv/engram/abi v0.0.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7

@@ -1,0 +1,160 @@
+package linearizability
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// proc is one engram process, killed with SIGKILL and restarted on the same
+// data directory and ports (the way tests/e2e runs the binary).
+type proc struct {
+	t        *testing.T
+	name     string
+	args     []string
+	endpoint string // host:port for clientv3
+	httpAddr string
+	logPath  string
+
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// startProc starts engram serve with extra args and waits until it is
+// ready. It is killed at the end of the test; its log's tail is printed if
+// the test failed.
+func startProc(t *testing.T, name string, extra ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, logPath: filepath.Join(t.TempDir(), name+".log")}
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			b, _ := os.ReadFile(p.logPath)
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			t.Logf("%s log (%s), last lines:\n%s", name, p.logPath, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+	})
+	dataDir := t.TempDir()
+	var err error
+	// A port picked free may be taken before engram binds it: try again
+	// with new ports.
+	for range 3 {
+		client, http := freePort(t), freePort(t)
+		p.endpoint = fmt.Sprintf("127.0.0.1:%d", client)
+		p.httpAddr = fmt.Sprintf("127.0.0.1:%d", http)
+		p.args = append([]string{
+			"serve",
+			"--name=" + name,
+			"--data-dir=" + dataDir,
+			"--listen-client-urls=http://" + p.endpoint,
+			"--http.listen=" + p.httpAddr,
+			"--log.level=info",
+			"--shutdown-timeout=5s",
+		}, extra...)
+		if err = p.launch(); err == nil {
+			return p
+		}
+		b, _ := os.ReadFile(p.logPath)
+		if !strings.Contains(string(b), "address already in use") {
+			break
+		}
+	}
+	t.Fatalf("start %s: %v", name, err)
+	return nil
+}
+
+func (p *proc) launch() error {
+	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logf, "===== %s\n", strings.Join(p.args, " "))
+	cmd := exec.Command(engramBinary(p.t), p.args...)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ENGRAM_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env, cmd.Stdout, cmd.Stderr = env, logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	p.cmd, p.exited = cmd, make(chan struct{})
+	exited := p.exited
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(exited)
+	}()
+	return p.waitReady()
+}
+
+// waitReady polls /readyz until it answers 200 (recovery after a crash
+// included), at most a minute.
+func (p *proc) waitReady() error {
+	deadline := time.Now().Add(time.Minute)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case <-p.exited:
+			return errors.New("engram exited before it was ready")
+		default:
+		}
+		resp, err := hc.Get("http://" + p.httpAddr + "/readyz")
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			p.kill()
+			return fmt.Errorf("not ready after a minute (last error %v)", err)
+		}
+		// Polling pace.
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL, if running, and waits for the process to die.
+func (p *proc) kill() {
+	if p.cmd == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+// restart starts the process again on the same data directory and ports.
+func (p *proc) restart() {
+	p.t.Helper()
+	if err := p.launch(); err != nil {
+		p.t.Fatalf("restart %s: %v", p.name, err)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

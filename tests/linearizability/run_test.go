@@ -1,0 +1,165 @@
+package linearizability
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const (
+	numClients = 8
+	// opsPerSecond over all clients (issue 10: about 1,000).
+	opsPerSecond = 1000
+	opTimeout    = 2 * time.Second
+)
+
+// faults is what a run's fault schedule works with.
+type faults struct {
+	t   *testing.T
+	run context.Context // the whole run's, which outlives the schedule's
+	rec *Recorder
+	cli *clientv3.Client // every endpoint; for read-backs and status
+	rng *rand.Rand
+	eps []string
+	mu  sync.Mutex
+	log []string
+	// counts of what was done, by kind ("kill", "failover", ...).
+	counts map[string]int
+}
+
+// note records a fault event with its time in the history.
+func (f *faults) note(kind, format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if kind != "" {
+		f.counts[kind]++
+	}
+	f.log = append(f.log, fmt.Sprintf("[%.4fs] %s", seconds(f.rec.Now()), fmt.Sprintf(format, args...)))
+}
+
+// readback reads every key after a restart or failover; the checker
+// verifies that every write acknowledged before it shows. It is not cut
+// short when the schedule's time is up.
+func (f *faults) readback(why string) {
+	ctx, cancel := context.WithTimeout(f.run, time.Minute)
+	defer cancel()
+	op, err := Readback(ctx, f.cli, f.rec, numClients, why)
+	if err != nil {
+		f.t.Errorf("read-back after %s failed: %v", why, err)
+		return
+	}
+	f.note("readback", "read-back after %s at rev %d", why, op.Resp.Rev)
+}
+
+// wait pauses the fault schedule for d or until ctx ends; it reports
+// whether the run goes on. (The schedule's pacing, not synchronisation.)
+func (f *faults) wait(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// between is a random duration in [lo, hi).
+func (f *faults) between(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(f.rng.Int63n(int64(hi-lo)))
+}
+
+type runConfig struct {
+	endpoints []string
+	// schedule injects faults until ctx ends and leaves every node
+	// running and the cluster serving when it returns.
+	schedule func(ctx context.Context, f *faults)
+}
+
+// runChecked drives the load and the watcher against cfg's servers for the
+// run's duration while cfg.schedule injects faults, then checks the
+// history. A failure prints the seed and leaves the history on disk.
+func runChecked(t *testing.T, cfg runConfig) {
+	duration, seed := runDuration(t), runSeed(t)
+	t.Logf("seed %d (ENGRAM_LIN_SEED=%d repeats the clients' choices), %v of load", seed, seed, duration)
+	ctx, cancel := context.WithTimeout(context.Background(), duration+5*time.Minute)
+	defer cancel()
+
+	rec := NewRecorder()
+	rb, err := NewClient(cfg.endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rb.Close()
+	w, err := StartWatcher(ctx, rec, cfg.endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	load, err := StartLoad(ctx, rec, LoadOptions{Endpoints: cfg.endpoints, Clients: numClients, Rate: opsPerSecond, OpTimeout: opTimeout, Seed: seed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faults{t: t, run: ctx, rec: rec, cli: rb, rng: rand.New(rand.NewSource(seed)), eps: cfg.endpoints, counts: map[string]int{}}
+	fctx, fcancel := context.WithTimeout(ctx, duration)
+	cfg.schedule(fctx, f)
+	fcancel()
+	load.Stop()
+	if t.Failed() {
+		return
+	}
+
+	final, err := Readback(ctx, rb, rec, numClients, "the end of the load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	complete := w.WaitFor(wctx, final.Resp.Rev)
+	wcancel()
+	w.Stop()
+	h := rec.History()
+	h.FinalRev, h.WatchComplete = final.Resp.Rev, complete
+
+	dir := os.Getenv("ENGRAM_LIN_ARTIFACTS")
+	if dir == "" {
+		dir, err = os.MkdirTemp("", "engram-linearizability-")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := strings.ReplaceAll(t.Name(), "/", "-")
+	res := Check(h, Options{Timeout: 3 * time.Minute, VisualizePath: filepath.Join(dir, name+".html")})
+	var counts []string
+	for k, v := range f.counts {
+		counts = append(counts, fmt.Sprintf("%s %d", k, v))
+	}
+	sort.Strings(counts)
+	t.Logf("%s", res.Summary())
+	t.Logf("faults: %s; client errors %d; watch restarts by cause %v", strings.Join(counts, ", "), load.Errors(), w.Ends())
+	errs := map[string]int{}
+	for _, op := range h.Ops {
+		if op.Resp.Unknown {
+			errs[op.Note]++
+		}
+	}
+	t.Logf("unknown writes by error: %v", errs)
+	histPath := filepath.Join(dir, name+".history.txt")
+	if res.OK() {
+		if os.Getenv("ENGRAM_LIN_ARTIFACTS") == "" {
+			_ = os.RemoveAll(dir)
+		} else {
+			_ = WriteHistory(h, histPath)
+		}
+		return
+	}
+	_ = WriteHistory(h, histPath)
+	t.Logf("fault schedule:\n%s", strings.Join(f.log, "\n"))
+	t.Errorf("seed %d: the history fails the check (history in %s):\n%s", seed, histPath, strings.Join(res.Problems, "\n"))
+}

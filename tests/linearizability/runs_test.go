@@ -1,0 +1,231 @@
+package linearizability
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvfault"
+	"github.com/engramkv/engram/core/server"
+	"github.com/engramkv/engram/internal/pgtest"
+	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/plugins/tikv"
+	"github.com/engramkv/engram/plugins/tikv/tikvmock"
+)
+
+// TestSingleNodeKill9 runs one engram process on badger and kills it with
+// SIGKILL every 2-4 s, restarting it on the same data directory, under the
+// load: run (a) of issue 10.
+func TestSingleNodeKill9(t *testing.T) {
+	p := startProc(t, "lin-single")
+	runChecked(t, runConfig{
+		endpoints: []string{p.endpoint},
+		schedule: func(ctx context.Context, f *faults) {
+			for f.wait(ctx, f.between(2*time.Second, 4*time.Second)) {
+				p.kill()
+				f.note("kill", "SIGKILL")
+				p.restart()
+				f.note("restart", "restarted")
+				f.readback("restart")
+			}
+		},
+	})
+}
+
+// pgLease is the cluster lease over PostgreSQL, as issue 10 ran it.
+const pgLease = 2 * time.Second
+
+// TestClusterPostgresLeaderKill9 runs three engram processes over one
+// PostgreSQL through postgres.wasm and kills the leader with SIGKILL every
+// few seconds, restarting it as a follower, under the load: run (b).
+func TestClusterPostgresLeaderKill9(t *testing.T) {
+	plugin, err := filepath.Abs("../../testplugins/bin/postgres.wasm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(plugin); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing (make plugins builds it): %v", plugin, err)
+		}
+		t.Skipf("%s is missing; run make plugins", plugin)
+	}
+	pg := pgtest.Start(t)
+	cache, err := pgtest.WasmCacheDir(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := make([]*proc, 3)
+	var eps []string
+	for i := range nodes {
+		nodes[i] = startProc(t, fmt.Sprintf("lin-pg-%d", i),
+			"--storage.engine=wasm",
+			"--storage.wasm.file="+plugin,
+			"--storage.wasm.config=url="+pg.URL("")+" table=engram_lin",
+			"--storage.wasm.allowed-addresses="+pg.Addr,
+			"--storage.wasm.cache-dir="+cache,
+			"--cluster.enabled=true",
+			fmt.Sprintf("--cluster.lease-duration=%s", pgLease),
+			fmt.Sprintf("--cluster.renew-interval=%s", pgLease/4))
+		eps = append(eps, nodes[i].endpoint)
+	}
+	runChecked(t, runConfig{
+		endpoints: eps,
+		schedule: func(ctx context.Context, f *faults) {
+			for f.wait(ctx, f.between(2*time.Second, 4*time.Second)) {
+				l := f.processLeader(-1)
+				if l < 0 {
+					return
+				}
+				nodes[l].kill()
+				f.note("kill", "SIGKILL leader %d", l)
+				next := f.processLeader(l)
+				if next < 0 {
+					return
+				}
+				f.note("failover", "node %d leads", next)
+				f.readback("failover")
+				nodes[l].restart()
+				f.note("restart", "node %d restarted", l)
+				f.readback("restart")
+			}
+		},
+	})
+}
+
+// processLeader returns the index of the endpoint that reports itself
+// leader (not exclude), waiting up to 10 leases; -1 (and a test error)
+// when none does.
+func (f *faults) processLeader(exclude int) int {
+	deadline := time.Now().Add(10 * pgLease)
+	for time.Now().Before(deadline) {
+		for i, ep := range f.eps {
+			if i == exclude {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			st, err := f.cli.Status(ctx, ep)
+			cancel()
+			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+				return i
+			}
+		}
+		// Polling pace.
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.t.Errorf("no leader among the nodes (excluding %d) after %v", exclude, 10*pgLease)
+	return -1
+}
+
+// memberLease is the in-process cluster's lease.
+const memberLease = time.Second
+
+// TestClusterSharedStoreFaults runs three in-process nodes over one shared
+// memkv store, each seeing it through its own fault wrapper, and in turn
+// kills the leader, partitions the leader from the store, partitions a
+// follower, and makes the leader's next commits uncertain (one applied, one
+// not), under the load: run (c).
+func TestClusterSharedStoreFaults(t *testing.T) {
+	shared := memkv.New()
+	t.Cleanup(func() { _ = shared.Close() })
+	sharedStoreRun(t, func(int) kv.Store { return shared })
+}
+
+// TestClusterTiKVMockFaults is run (c) over client-go's mock TiKV, each node
+// with its own client (ENGRAM_LIN_SOAK only).
+func TestClusterTiKVMockFaults(t *testing.T) {
+	if !soak() {
+		t.Skip("soak only (ENGRAM_LIN_SOAK=1, make soak)")
+	}
+	c, err := tikvmock.NewCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	sharedStoreRun(t, func(i int) kv.Store {
+		s, err := c.Open(tikv.Options{Prefix: []byte(tikvmock.DefaultPrefix)}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
+func sharedStoreRun(t *testing.T, open func(i int) kv.Store) {
+	stores := make([]*kvfault.Store, 3)
+	members := make([]*member, 3)
+	var eps []string
+	for i := range members {
+		stores[i] = kvfault.Wrap(open(i))
+		members[i] = startMember(t, fmt.Sprintf("lin-node-%d", i), stores[i],
+			server.ClusterOptions{LeaseDuration: memberLease, RenewInterval: memberLease / 4})
+		eps = append(eps, members[i].addr)
+	}
+	leader := func(f *faults, exclude int) int {
+		deadline := time.Now().Add(10 * memberLease)
+		for time.Now().Before(deadline) {
+			for i, m := range members {
+				if i != exclude && m.IsLeader() {
+					return i
+				}
+			}
+			// Polling pace.
+			time.Sleep(10 * time.Millisecond)
+		}
+		f.t.Errorf("no leader among the nodes (excluding %d) after %v", exclude, 10*memberLease)
+		return -1
+	}
+	partitioned := errors.New("partitioned from the store")
+	uncertain := fmt.Errorf("injected timeout: %w", kv.ErrUncertain)
+	runChecked(t, runConfig{
+		endpoints: eps,
+		schedule: func(ctx context.Context, f *faults) {
+			for round := 0; f.wait(ctx, f.between(time.Second, 2*time.Second)); round++ {
+				l := leader(f, -1)
+				if l < 0 {
+					return
+				}
+				switch round % 4 {
+				case 0:
+					members[l].Kill()
+					f.note("kill", "killed leader %d", l)
+					next := leader(f, l)
+					if next < 0 {
+						return
+					}
+					f.note("failover", "node %d leads", next)
+					f.readback("failover")
+					members[l].Restart()
+					f.note("restart", "node %d restarted", l)
+					f.readback("restart")
+				case 1:
+					stores[l].Partition(partitioned)
+					f.note("partition-leader", "leader %d partitioned from the store", l)
+					next := leader(f, l)
+					stores[l].Heal()
+					if next < 0 {
+						return
+					}
+					f.note("failover", "node %d leads; %d healed", next, l)
+					f.readback("partition of the leader")
+				case 2:
+					fo := (l + 1 + f.rng.Intn(2)) % 3
+					stores[fo].Partition(partitioned)
+					f.note("partition-follower", "follower %d partitioned from the store", fo)
+					f.wait(ctx, f.between(500*time.Millisecond, 1500*time.Millisecond))
+					stores[fo].Heal()
+					f.note("", "follower %d healed", fo)
+					f.readback("partition of a follower")
+				case 3:
+					stores[l].FailCommits(kvfault.Fault{Err: uncertain, Apply: true}, kvfault.Fault{}, kvfault.Fault{Err: uncertain})
+					f.note("uncertain-commits", "leader %d: next commit applied but uncertain, the third not applied and uncertain", l)
+				}
+			}
+		},
+	})
+}
