@@ -94,8 +94,8 @@ test: plugins etcd-tools
 # Longer linearizability runs than make test's: each run's load lasts
 # SOAK_DURATION (issue 10 asks for a minute of leader kills over
 # PostgreSQL) and every run is repeated SOAK_COUNT times, the TiKV mock
-# variant included. A minute's history is about 60,000 operations: porcupine
-# checks it in about 10 s and 2 GB. A failed run prints its seed
+# variant included. A minute's history is 45,000-60,000 operations: porcupine
+# checks it in 2-6 s and under 2 GB. A failed run prints its seed
 # (ENGRAM_LIN_SEED=...) and leaves its history and porcupine's visualization
 # under $TMPDIR (or ENGRAM_LIN_ARTIFACTS).
 SOAK_DURATION ?= 60s
