@@ -40,6 +40,16 @@
 //     silently: its batch fails whole.
 //   - The revision key, the object key, the change-log record and lease index
 //     changes of a write are in one batch: a crash leaves all or none.
+//   - Reads never go back in revision, on any node (linearizability): once
+//     a read has observed revision N, every operation that starts later, on
+//     this node or another, observes at least N and every write at or below
+//     it. A leader publishes a revision only after the engine acknowledged
+//     it, and in a cluster a leader read also waits for a commit in flight
+//     (followers read the store, which may show that commit first) and is
+//     refused once the leader's lease ran out; a follower read takes the
+//     revision from a store read that started after the read did
+//     (readbarrier.go). tests/linearizability checks recorded histories of
+//     both with porcupine.
 //   - For every key, the versions above the compacted revision and the
 //     latest one at or below it stay readable (in history or the revision
 //     key), so reads at any uncompacted revision and prev_kv of every event

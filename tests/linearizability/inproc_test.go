@@ -66,6 +66,8 @@ func (m *member) start() {
 		if l, err = net.Listen("tcp", m.addr); err == nil {
 			break
 		}
+		// The killed node's listener may still hold its fixed port for a
+		// moment; nothing signals its release, so retry at a bounded pace.
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
