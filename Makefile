@@ -126,7 +126,7 @@ bench-tools: build
 
 # The full run: every store, 3 repeats of 5 s per workload, memory after
 # BENCH_RSS_OBJECTS objects, the Go benchmarks; writes BENCHMARKS.md and
-# bench/results/. About 15 minutes on 2 cores.
+# bench/results/. About 17 minutes on 2 cores (the snapshot and restore of the loaded objects add 1.5-2).
 bench: bench-tools
 	./bin/engram-benchrun --mode='make bench' --repeats=3 --duration=5s \
 		--rss-objects=$(BENCH_RSS_OBJECTS) --go-bench $(BENCH_ARGS)
