@@ -131,8 +131,9 @@ func TestSnapshotSectionNotMeasured(t *testing.T) {
 
 // TestSampleRSS samples this process, whose resident memory is not zero.
 func TestSampleRSS(t *testing.T) {
+	// sampleRSS samples when it starts and again when stopped, so two
+	// samples exist without waiting for its ticker.
 	stop := sampleRSS(os.Getpid(), time.Millisecond)
-	time.Sleep(20 * time.Millisecond)
 	p := stop()
 	if p.RSS <= 0 || p.Anon <= 0 || p.n < 2 {
 		t.Errorf("peak %+v: want RSS, anonymous memory and several samples", p)
