@@ -15,21 +15,31 @@ ARGS    ?=
 # packages they drive have race-tested tests of their own).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test soak bench bench-tools bench-quick bench-go lint clean plugins etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-go lint clean plugins adaptors etcd-tools
 
-# The WebAssembly test plugins (testplugins/: memkv, faulty, postgres), built
-# with the Go SDK as WASI reactors into testplugins/bin/. The host's tests,
-# the Kubernetes suite's wasm backends and `engram plugin verify` examples
-# use them; postgres.wasm is also the PostgreSQL adaptor the README runs
-# Engram on (the first build compiles pgx for wasm: about a minute).
-WASM_PLUGINS ?= memkv faulty postgres
+# The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
+# Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
+# host's tests, the Kubernetes suite's wasm backend, the benchmarks' wasm row
+# and `engram plugin verify` examples use them.
+WASM_PLUGINS ?= memkv faulty
 plugins:
 	@for p in $(WASM_PLUGINS); do \
 		echo "building testplugins/bin/$$p.wasm"; \
 		(cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/$$p.wasm ./$$p) || exit 1; \
 	done
 
-build: plugins
+# The storage adaptors Engram ships (adaptors/: postgres, mysql), built with
+# the Go SDK into bin/NAME.wasm beside bin/engram: the files an operator
+# deploys with storage.wasm.file. The first build compiles the database
+# drivers for wasm (about a minute).
+ADAPTORS ?= postgres
+adaptors:
+	@for p in $(ADAPTORS); do \
+		echo "building bin/$$p.wasm"; \
+		(cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o ../bin/$$p.wasm ./$$p) || exit 1; \
+	done
+
+build: plugins adaptors
 	$(GO) build -trimpath -ldflags '-X main.version=$(VERSION)' -o $(BIN) ./cmd/engram
 
 run: build
@@ -68,7 +78,7 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # partitions and uncertain commits; 20 s of load each, about 90 s in all.
 # It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
-# abi/, sdk/ and testplugins/ are modules of their own (plugins link only
+# abi/, sdk/, testplugins/ and adaptors/ are modules of their own (plugins link only
 # them); the SDK is also vetted for wasip1, the target plugins build for.
 # The Kubernetes suite's etcd3 package runs again with Engram on badger (the
 # default engine, on disk), on memkv.wasm, on postgres.wasm over a throwaway
@@ -76,18 +86,19 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # on the TiKV adaptor over client-go's mock cluster, and on badger stores
 # migrated from a real etcd by core/migrate (tests/k8s/internal/backend/
 # migrated.go; about 30 s).
-test: plugins etcd-tools
+test: plugins adaptors etcd-tools
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
 	cd sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
 	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	$(GO) test -race $(RACE_PKGS)
 	$(GO) test -count=1 ./tests/e2e/...
 	$(GO) test -count=1 ./tests/linearizability/...
 	cd tests/k8s && $(GO) test ./...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=badger $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-memkv ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/memkv.wasm $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-postgres ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/postgres.wasm $(GO) test -count=1 ./etcd3/...
+	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-postgres ENGRAM_K8S_WASM=$(CURDIR)/bin/postgres.wasm $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=tikv $(GO) test -count=1 ./etcd3/...
 	cd tests/k8s && ENGRAM_K8S_BACKEND=migrated $(GO) test -count=1 ./etcd3/...
 
@@ -100,7 +111,7 @@ test: plugins etcd-tools
 # under $TMPDIR (or ENGRAM_LIN_ARTIFACTS).
 SOAK_DURATION ?= 60s
 SOAK_COUNT    ?= 3
-soak: plugins
+soak: plugins adaptors
 	ENGRAM_LIN_SOAK=1 ENGRAM_LIN_DURATION=$(SOAK_DURATION) $(GO) test -count=$(SOAK_COUNT) -timeout=0 -v \
 		-run '^Test(SingleNode|Cluster)' ./tests/linearizability/
 

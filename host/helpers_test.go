@@ -10,15 +10,22 @@ import (
 	"testing"
 )
 
-// pluginPath returns a test plugin built by `make plugins`.
+// pluginPath returns a plugin built by the Makefile: a test fixture from
+// testplugins/bin (`make plugins`) or a shipped adaptor from bin/ (`make
+// adaptors`).
 func pluginPath(t testing.TB, name string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "testplugins", "bin", name+".wasm")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s is missing: build the test plugins with `make plugins` (%v)", p, err)
+	root := filepath.Join(filepath.Dir(file), "..")
+	fixture := filepath.Join(root, "testplugins", "bin", name+".wasm")
+	adaptor := filepath.Join(root, "bin", name+".wasm")
+	for _, p := range []string{fixture, adaptor} {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
 	}
-	return p
+	t.Fatalf("neither %s nor %s exists: build them with `make plugins adaptors`", fixture, adaptor)
+	return ""
 }
 
 // sharedCache is one compilation cache directory for the whole test binary,

@@ -26,15 +26,15 @@ const clusterLease = 2 * time.Second
 // within the lease, no acknowledged write is lost, revisions stay dense, and
 // a watcher that resumes from its last revision sees every event once.
 func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
-	plugin, err := filepath.Abs("../../testplugins/bin/postgres.wasm")
+	plugin, err := filepath.Abs("../../bin/postgres.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(plugin); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing (make plugins builds it): %v", plugin, err)
+			t.Fatalf("%s is missing (make adaptors builds it): %v", plugin, err)
 		}
-		t.Skipf("%s is missing; run make plugins", plugin)
+		t.Skipf("%s is missing; run make adaptors", plugin)
 	}
 	pg := pgtest.Start(t)
 	cache, err := pgtest.WasmCacheDir(plugin)

@@ -44,15 +44,15 @@ const pgLease = 2 * time.Second
 // PostgreSQL through postgres.wasm and kills the leader with SIGKILL every
 // few seconds, restarting it as a follower, under the load: run (b).
 func TestClusterPostgresLeaderKill9(t *testing.T) {
-	plugin, err := filepath.Abs("../../testplugins/bin/postgres.wasm")
+	plugin, err := filepath.Abs("../../bin/postgres.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(plugin); err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing (make plugins builds it): %v", plugin, err)
+			t.Fatalf("%s is missing (make adaptors builds it): %v", plugin, err)
 		}
-		t.Skipf("%s is missing; run make plugins", plugin)
+		t.Skipf("%s is missing; run make adaptors", plugin)
 	}
 	pg := pgtest.Start(t)
 	cache, err := pgtest.WasmCacheDir(plugin)

@@ -36,7 +36,7 @@ func openPostgresStore(t testing.TB) kv.Store {
 	t.Helper()
 	path := os.Getenv(WasmEnv)
 	if path == "" {
-		t.Fatalf("%s=wasm-postgres needs %s=/path/to/postgres.wasm (make plugins builds testplugins/bin/postgres.wasm)", BackendEnv, WasmEnv)
+		t.Fatalf("%s=wasm-postgres needs %s=/path/to/postgres.wasm (make adaptors builds bin/postgres.wasm)", BackendEnv, WasmEnv)
 	}
 	pgOnce.Do(func() {
 		pgServer, pgErr = pgtest.Launch()

@@ -1,6 +1,7 @@
 // Command postgres is an Engram storage plugin that keeps Engram's internal
-// keys in one PostgreSQL table (seed 002's layout: the key, its value),
-// through pgx running inside the plugin over the host's sockets.
+// keys in one PostgreSQL table, one row per key holding the key and its
+// value (the layout of KubeBrain's SQL mapping), through pgx running inside
+// the plugin over the host's sockets.
 //
 // It owns the mapping of the adaptor contract onto SQL: Get is a primary-key
 // SELECT; a Scan is a snapshot (one REPEATABLE READ READ ONLY transaction
@@ -15,7 +16,8 @@
 //
 // Configuration and schema: see config and schema. Build:
 //
-//	cd testplugins && GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o bin/postgres.wasm ./postgres
+//	make build  # bin/postgres.wasm; by hand, from adaptors/:
+//	GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -o ../bin/postgres.wasm ./postgres
 package main
 
 import (

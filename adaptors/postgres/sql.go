@@ -11,7 +11,7 @@ import (
 const headLen = 1024
 
 // schema creates the table. Every key is stored whole in internal_key, as
-// seed 002 lays it out; the primary key is over two columns PostgreSQL
+// KubeBrain's SQL mapping lays it out; the primary key is over two columns PostgreSQL
 // derives from it:
 //
 //   - key_head, the first headLen bytes, which orders rows: bytea compares

@@ -1,0 +1,20 @@
+module github.com/engramkv/engram/adaptors
+
+go 1.26.8
+
+require (
+	github.com/engramkv/engram/sdk v0.0.0
+	github.com/jackc/pgx/v5 v5.12.0
+)
+
+require (
+	github.com/engramkv/engram/abi v0.0.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	golang.org/x/text v0.41.0 // indirect
+)
+
+replace (
+	github.com/engramkv/engram/abi => ../abi
+	github.com/engramkv/engram/sdk => ../sdk
+)
