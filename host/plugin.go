@@ -72,6 +72,12 @@ type Options struct {
 	// host calls is stopped at its deadline. It costs guest CPU time
 	// (5-17x on Go guests) and a goroutine per call; off by default.
 	Untrusted bool
+	// SHA256 pins the plugin file: when set (64 hex digits, optionally
+	// prefixed "sha256:"), Load refuses a file whose SHA-256 differs,
+	// with an error naming both digests. The digest is computed over the
+	// very bytes that are then compiled, so a file replaced between the
+	// check and the compilation cannot slip through.
+	SHA256 string
 }
 
 // Plugin is a compiled plugin: the runtime, the compiled module and the host
@@ -79,6 +85,7 @@ type Options struct {
 type Plugin struct {
 	name     string // file base name, for messages before the manifest is known
 	path     string
+	digest   string // hex SHA-256 of the compiled bytes
 	opts     Options
 	log      *slog.Logger
 	rt       wazero.Runtime
@@ -95,6 +102,17 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	bin, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("wasm plugin: %w", err)
+	}
+	digest := Digest(bin)
+	if opts.SHA256 != "" {
+		want, err := ParseDigest(opts.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("wasm plugin %s: pinned digest: %w", name, err)
+		}
+		if want != digest {
+			return nil, fmt.Errorf("wasm plugin %s: the file's sha256 is %s but the pinned sha256 is %s: "+
+				"it is not the file that was pinned; refusing to load it", path, digest, want)
+		}
 	}
 	log := opts.Logger
 	if log == nil {
@@ -113,16 +131,17 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 		WithMemoryLimitPages(uint32(pages)).
 		WithCloseOnContextDone(opts.Untrusted)
 	if opts.CacheDir != "" {
-		if err := os.MkdirAll(opts.CacheDir, 0o700); err != nil {
+		dir, err := cacheDirFor(opts.CacheDir, digest, log)
+		if err != nil {
 			return nil, fmt.Errorf("wasm plugin %s: compilation cache: %w", name, err)
 		}
-		cache, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		cache, err := wazero.NewCompilationCacheWithDir(dir)
 		if err != nil {
-			return nil, fmt.Errorf("wasm plugin %s: compilation cache %s: %w", name, opts.CacheDir, err)
+			return nil, fmt.Errorf("wasm plugin %s: compilation cache %s: %w", name, dir, err)
 		}
 		rc = rc.WithCompilationCache(cache)
 	}
-	p := &Plugin{name: name, path: path, opts: opts, log: log}
+	p := &Plugin{name: name, path: path, digest: digest, opts: opts, log: log}
 	p.rt = wazero.NewRuntimeWithConfig(ctx, rc)
 	ok := false
 	defer func() {
@@ -141,7 +160,7 @@ func Load(ctx context.Context, path string, opts Options) (*Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("wasm plugin %s: not a valid WebAssembly module: %w", name, err)
 	}
-	log.Info("compiled wasm plugin", "bytes", len(bin), "took", time.Since(start).Round(time.Millisecond),
+	log.Info("compiled wasm plugin", "bytes", len(bin), "sha256", digest, "took", time.Since(start).Round(time.Millisecond),
 		"cache", opts.CacheDir != "", "untrusted", opts.Untrusted)
 	if err := validate(name, p.compiled); err != nil {
 		return nil, err
@@ -166,6 +185,10 @@ func (p *Plugin) Close(ctx context.Context) error {
 
 // Name is the plugin file's base name.
 func (p *Plugin) Name() string { return p.name }
+
+// Digest is the hex SHA-256 of the file's bytes as they were compiled: the
+// value to pin with Options.SHA256 (storage.wasm.sha256).
+func (p *Plugin) Digest() string { return p.digest }
 
 // signature is an export's expected parameter and result types.
 type signature struct {

@@ -79,6 +79,7 @@ func wasmOptions(cfg config.Config, logger *slog.Logger, reg prometheus.Register
 			CacheDir:    cacheDir,
 			MemoryLimit: w.MemoryLimit,
 			Untrusted:   w.Untrusted,
+			SHA256:      w.SHA256,
 		}, host.StoreOptions{
 			Config:           []byte(w.Config),
 			PoolSize:         w.PoolSize,

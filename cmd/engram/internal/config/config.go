@@ -22,6 +22,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/engramkv/engram/host"
 )
 
 // Config is the complete configuration of `engram serve`.
@@ -157,6 +159,10 @@ type TiKVTLS struct {
 type Wasm struct {
 	// File is the plugin's .wasm file.
 	File string `koanf:"file" help:"storage plugin .wasm file (storage.engine=wasm)"`
+	// SHA256 pins File: Engram refuses to start when the file's SHA-256
+	// differs (as sha256sum and `engram plugin info` print it), so the
+	// file that runs is the file that was reviewed.
+	SHA256 string `koanf:"sha256" help:"refuse to start unless storage.wasm.file has this SHA-256 (64 hex digits)"`
 	// Config is passed verbatim to the plugin's init (a DSN, options...).
 	Config string `koanf:"config" help:"configuration string passed to the plugin's init"`
 	// PoolSize is the number of instances of a pooled plugin (a stateless
@@ -415,6 +421,11 @@ func (c *Config) Validate() error {
 		}
 		if c.Storage.Wasm.CacheDir == "" && strings.TrimSpace(c.DataDir) == "" {
 			bad("storage.wasm.cache-dir", "is empty and so is data-dir, so there is nowhere to keep compiled plugins")
+		}
+		if d := c.Storage.Wasm.SHA256; d != "" {
+			if _, err := host.ParseDigest(d); err != nil {
+				bad("storage.wasm.sha256", "%v", err)
+			}
 		}
 	case EngineTiKV:
 		if len(c.Storage.TiKV.PDEndpoints) == 0 {
