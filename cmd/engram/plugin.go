@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/engramkv/engram/abi"
+	"github.com/engramkv/engram/bench/kvbench"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
 	"github.com/engramkv/engram/host"
@@ -45,6 +46,16 @@ func pluginMain(args []string, stdout, stderr io.Writer) int {
 	run := fs.String("run", "", "verify: run only the cases whose name matches this regular expression")
 	caseTimeout := fs.Duration("case-timeout", time.Minute, "verify: bound of one case")
 	verbose := fs.BoolP("verbose", "v", false, "log the host's and the plugin's messages to stderr")
+	pin := fs.String("sha256", "", "refuse a FILE whose SHA-256 differs from this (as storage.wasm.sha256 does)")
+	bcfg := kvbench.Defaults()
+	fs.IntVar(&bcfg.Keys, "keys", bcfg.Keys, "bench: keys loaded before measuring")
+	fs.IntVar(&bcfg.KeySize, "key-size", bcfg.KeySize, "bench: key size in bytes")
+	fs.IntVar(&bcfg.ValueSize, "value-size", bcfg.ValueSize, "bench: value size in bytes")
+	fs.IntVar(&bcfg.ScanLength, "scan-length", bcfg.ScanLength, "bench: pairs read by one scan")
+	fs.DurationVar(&bcfg.Duration, "duration", bcfg.Duration, "bench: how long each operation is measured")
+	fs.IntVar(&bcfg.Clients, "clients", bcfg.Clients, "bench: concurrent callers (1 measures the cost of one call)")
+	benchOps := fs.StringSlice("ops", kvbench.Ops, "bench: operations to measure")
+	jsonOut := fs.String("json", "", "bench: also write the results as JSON to this file")
 	if err := fs.Parse(rest); err != nil {
 		fmt.Fprintf(stderr, "engram plugin %s: %v\n\n", sub, err)
 		pluginUsage(stderr)
@@ -65,7 +76,7 @@ func pluginMain(args []string, stdout, stderr io.Writer) int {
 			*cacheDir = filepath.Join(d, "engram", "wasm-cache")
 		}
 	}
-	opts := host.Options{Logger: logger, CacheDir: *cacheDir, MemoryLimit: *memLimit, Untrusted: *untrusted}
+	opts := host.Options{Logger: logger, CacheDir: *cacheDir, MemoryLimit: *memLimit, Untrusted: *untrusted, SHA256: *pin}
 	sopts := host.StoreOptions{Config: []byte(*config), PoolSize: *poolSize, AllowedAddresses: *allowed, CallTimeout: *callTimeout}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
@@ -83,6 +94,8 @@ func pluginMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 		return pluginVerify(ctx, file, opts, sopts, re, *caseTimeout, stdout, stderr)
+	case "bench":
+		return pluginBench(ctx, file, opts, sopts, bcfg, *benchOps, *jsonOut, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "engram plugin: unknown subcommand %q\n\n", sub)
 	pluginUsage(stderr)
@@ -93,6 +106,8 @@ func pluginUsage(w io.Writer) {
 	fmt.Fprint(w, `Usage:
   engram plugin info FILE.wasm [flags]     print the plugin's manifest
   engram plugin verify FILE.wasm [flags]   run the adaptor conformance suite against the plugin
+  engram plugin bench FILE.wasm [flags]    measure Get, Scan and Commit through the host,
+                                           beside Engram's native in-memory engine
 
 Flags:
   --config STRING             configuration passed to the plugin's init; in verify,
@@ -103,11 +118,21 @@ Flags:
   --call-timeout DURATION     upper bound of one plugin call (default 30s)
   --untrusted                 make a spinning plugin interruptible (slower)
   --cache-dir DIR             compilation cache (default under the user cache dir)
+  --sha256 HEX                refuse FILE unless its SHA-256 is HEX (as storage.wasm.sha256)
   --run REGEXP                verify: only the cases whose name matches
   --case-timeout DURATION     verify: bound of one case (default 1m)
+  --keys N                    bench: keys loaded before measuring (default 10000)
+  --key-size BYTES            bench: key size (default 70)
+  --value-size BYTES          bench: value size (default 512)
+  --scan-length N             bench: pairs one scan reads (default 100)
+  --duration DURATION         bench: time per operation (default 2s)
+  --clients N                 bench: concurrent callers (default 1: the cost of one call)
+  --ops LIST                  bench: operations, of get,scan,commit (default all)
+  --json FILE                 bench: also write the results as JSON
   -v, --verbose               log the host's and the plugin's messages
 
-verify exits with status 1 if any case fails.
+verify exits with status 1 if any case fails; bench with status 1 if any
+call fails.
 `)
 }
 
@@ -161,6 +186,7 @@ func pluginInfo(ctx context.Context, file string, opts host.Options, sopts host.
 		return fmt.Sprint(v)
 	}
 	fmt.Fprintf(stdout, "file:            %s (%d bytes)\n", file, size)
+	fmt.Fprintf(stdout, "sha256:          %s\n", p.Digest())
 	fmt.Fprintf(stdout, "name:            %s\n", m.Name)
 	fmt.Fprintf(stdout, "version:         %s\n", m.Version)
 	fmt.Fprintf(stdout, "abi:             %d.%d (host: %d.%d)\n", abi.Major, m.ABIMinor, abi.Major, abi.Minor)
