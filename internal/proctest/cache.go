@@ -1,4 +1,4 @@
-package pgtest
+package proctest
 
 import (
 	"crypto/sha256"
@@ -21,12 +21,12 @@ import (
 func WasmCacheDir(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", fmt.Errorf("pgtest: wasm cache: %w", err)
+		return "", fmt.Errorf("wasm cache: %w", err)
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("pgtest: wasm cache: hashing %s: %w", path, err)
+		return "", fmt.Errorf("wasm cache: hashing %s: %w", path, err)
 	}
 	name := strings.TrimSuffix(filepath.Base(path), ".wasm")
 	root := filepath.Join(os.TempDir(), "engram-wasm-cache")
@@ -38,7 +38,7 @@ func WasmCacheDir(path string) (string, error) {
 		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", fmt.Errorf("pgtest: wasm cache: %w", err)
+		return "", fmt.Errorf("wasm cache: %w", err)
 	}
 	return dir, nil
 }
