@@ -101,10 +101,26 @@ typedef struct store {
 
 static store the_store;
 
+/* Byte-wise key order (memcmp's, shorter prefix first), eight bytes at a
+ * time: wasi-libc's memcmp walks single bytes, and keys in one store tend
+ * to share long prefixes, so this is most of a search's cost. */
 static int cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl) {
-    size_t n = al < bl ? al : bl;
-    int c = n ? memcmp(a, b, n) : 0;
-    return c ? c : (al > bl) - (al < bl);
+    size_t n = al < bl ? al : bl, i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            x = __builtin_bswap64(x); /* the first byte must weigh most */
+            y = __builtin_bswap64(y);
+#endif
+            return x < y ? -1 : 1;
+        }
+    }
+    for (; i < n; i++)
+        if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+    return (al > bl) - (al < bl);
 }
 
 static int cmp_node(const node *x, const uint8_t *k, size_t kl) { return cmp(key_of(x), x->klen, k, kl); }
