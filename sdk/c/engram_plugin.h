@@ -24,7 +24,7 @@
  *
  * Build it as a WASI reactor:
  *
- *     clang --target=wasm32-wasi -mexec-model=reactor -O2 \
+ *     clang --target=wasm32-wasi -mexec-model=reactor -O2 -mbulk-memory \
  *           -o my.wasm my.c engram_plugin.c
  *
  * The SDK exports kvp_abi_version, kvp_buffer and kvp_dispatch itself.
