@@ -459,10 +459,49 @@ static void test_snapshots(void) {
     finish(); /* with scans still open: CLOSE releases them (the leak checker agrees) */
 }
 
+/* Random requests and bit-flipped valid ones, for every op but CLOSE:
+ * each must get a well-framed response (checked by dispatch) whatever the
+ * bytes, and the sanitizers must stay quiet. */
+static void test_fuzz(void) {
+    fresh("", 512);
+    CHECK(put("fa", "1") == ENGRAM_OK && put("fb", "2") == ENGRAM_OK, "seed");
+    static const int ops[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 255};
+    int invalid = 0;
+    for (int step = 0; step < 100000; step++) {
+        int op = ops[rnd(sizeof ops / sizeof ops[0])];
+        req.len = 0;
+        if (rnd(2)) { /* a valid request of op, then a few flipped bits */
+            engram_op cops[2] = {{ENGRAM_COMPARE_AND_SWAP, B("fa"), B("3"), B("1")}, {ENGRAM_DELETE, B("fc"), {0}, {0}}};
+            switch (op) {
+            case ENGRAM_OP_GET: engram_encode_get_req(&req, &(engram_get_req){0, B("fa")}); break;
+            case ENGRAM_OP_SCAN_OPEN:
+                engram_encode_scan_open_req(&req, &(engram_scan_open_req){0, B("f"), B("g"), rnd(2), rnd(3), rnd(3)});
+                break;
+            case ENGRAM_OP_SCAN_NEXT: engram_encode_scan_next_req(&req, &(engram_scan_next_req){0, rnd(3), 1}); break;
+            case ENGRAM_OP_COMMIT: engram_encode_commit_req(&req, &(engram_commit_req){0, cops, 2}); break;
+            case ENGRAM_OP_PARTITIONS:
+                engram_encode_partitions_req(&req, &(engram_partitions_req){0, B("a"), B("z"), 2});
+                break;
+            default: engram_encode_empty_req(&req, &(engram_empty_req){0});
+            }
+            for (uint32_t k = rnd(4); k > 0 && req.len > 0; k--) req.ptr[rnd((uint32_t)req.len)] ^= (uint8_t)(1u << rnd(8));
+        } else {
+            size_t n = rnd(40);
+            engram_buf_reserve(&req, n);
+            for (size_t i = 0; i < n; i++) req.ptr[i] = (uint8_t)rnd(256);
+            req.len = n;
+        }
+        invalid += dispatch(op).ptr[0] == ENGRAM_INVALID;
+    }
+    CHECK(invalid > 10000, "most garbage is refused as INVALID (%d)", invalid);
+    finish();
+}
+
 int main(void) {
     test_protocol();
     test_max_response();
     test_snapshots();
+    test_fuzz();
     engram_buf_free(&req);
     printf("dispatch: %d checks passed, %d failed\n", checks - failures, failures);
     return failures ? 1 : 0;
