@@ -24,7 +24,8 @@ const backendName = "engram"
 // by the wasm host (its path in WasmEnv), so the whole suite also checks
 // Engram on a WebAssembly storage plugin, "wasm-postgres" for postgres.wasm
 // (its path in WasmEnv) on a throwaway PostgreSQL with a table per test
-// (postgres.go), "tikv" for the TiKV adaptor on a fresh in-process mock
+// (postgres.go), "wasm-mysql" likewise for mysql.wasm on a throwaway
+// MariaDB (mysql.go), "tikv" for the TiKV adaptor on a fresh in-process mock
 // TiKV cluster per test (tikv.go), and "migrated" for badger stores
 // migrated from a real etcd by core/migrate (migrated.go).
 const (
@@ -41,6 +42,8 @@ func startServer(t testing.TB) string {
 	case "":
 	case "wasm-postgres": // postgres.go
 		opts.Store = openPostgresStore(t)
+	case "wasm-mysql": // mysql.go
+		opts.Store = openMySQLStore(t)
 	case "wasm-memkv":
 		st := openWasmStore(t)
 		// Registered before the server's own cleanup, so it runs after
@@ -69,7 +72,7 @@ func startServer(t testing.TB) string {
 		})
 		opts.Store = st
 	default:
-		t.Fatalf("%s=%q: unknown backend (want empty, badger, wasm-memkv, wasm-postgres, tikv or migrated)", BackendEnv, b)
+		t.Fatalf("%s=%q: unknown backend (want empty, badger, wasm-memkv, wasm-postgres, wasm-mysql, tikv or migrated)", BackendEnv, b)
 	}
 	return servertest.Start(t, opts).Endpoint
 }
