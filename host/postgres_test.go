@@ -1,15 +1,11 @@
 package host
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -255,97 +251,6 @@ func postgresScanConns(t *testing.T, s *Store) {
 		t.Fatalf("long scan after the first ended: %v", err)
 	}
 	_ = it2.Close()
-}
-
-// cutProxy forwards TCP connections to a PostgreSQL server and, once armed,
-// cuts the connection whose client sends a given byte string: either just
-// before forwarding it, or just after (so the server acts on it but its
-// answer never arrives).
-type cutProxy struct {
-	addr   string
-	target string
-	mu     sync.Mutex
-	match  []byte
-	after  bool
-	cuts   int
-}
-
-func startCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{addr: ln.Addr().String(), target: target}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { // server to client
-				defer wg.Done()
-				_, _ = io.Copy(c, s)
-				_ = c.Close()
-			}()
-			go func() { // client to server, watching for the match
-				defer wg.Done()
-				defer s.Close()
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						cut, after := p.check(buf[:n])
-						if cut && !after {
-							return
-						}
-						if _, werr := s.Write(buf[:n]); werr != nil {
-							return
-						}
-						if cut {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return p
-}
-
-// arm makes the next chunk containing match cut its connection.
-func (p *cutProxy) arm(match string, after bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.match, p.after = []byte(match), after
-}
-
-func (p *cutProxy) check(chunk []byte) (cut, after bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.match == nil || !bytes.Contains(chunk, p.match) {
-		return false, false
-	}
-	p.match = nil
-	p.cuts++
-	return true, p.after
 }
 
 // postgresCommitCuts checks the commit error mapping with a connection cut

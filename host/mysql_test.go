@@ -1,0 +1,487 @@
+package host
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvtest"
+	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/internal/mysqltest"
+	"github.com/engramkv/engram/internal/proctest"
+)
+
+// mysqlEnv is one MariaDB and one compiled mysql.wasm for the whole test
+// binary (starting MariaDB takes seconds): TestMySQL and BenchmarkMySQL
+// share them, and every store gets a table of its own, so each starts
+// empty.
+var mysqlEnv struct {
+	once   sync.Once
+	server *mysqltest.Server
+	plugin *Plugin
+	err    error
+	tables int
+}
+
+// mysqlSetup returns the shared server and plugin, skipping tb without
+// MariaDB unless CI is set. The server is left running when the test
+// binary ends; proctest's reaper stops it and removes its data.
+func mysqlSetup(tb testing.TB) (*mysqltest.Server, *Plugin) {
+	tb.Helper()
+	mysqlEnv.once.Do(func() {
+		if mysqlEnv.server, mysqlEnv.err = mysqltest.Launch(); mysqlEnv.err != nil {
+			return
+		}
+		path := pluginPath(tb, "mysql")
+		var cache string
+		if cache, mysqlEnv.err = proctest.WasmCacheDir(path); mysqlEnv.err != nil {
+			return
+		}
+		mysqlEnv.plugin, mysqlEnv.err = Load(context.Background(), path, Options{CacheDir: cache, Logger: testLogger(tb)})
+	})
+	proctest.SkipIfMissing(tb, mysqlEnv.err, mysqltest.ErrNotInstalled)
+	return mysqlEnv.server, mysqlEnv.plugin
+}
+
+// openMySQL opens a store on a fresh table, closed at cleanup.
+func openMySQL(tb testing.TB, extra string, opts StoreOptions) *Store {
+	tb.Helper()
+	my, p := mysqlSetup(tb)
+	mysqlEnv.tables++
+	opts.Config = fmt.Appendf(nil, "dsn=%s table=t%d %s", my.DSN(""), mysqlEnv.tables, extra)
+	opts.AllowedAddresses = []string{my.Addr}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = 2
+	}
+	s, err := p.Open(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestMySQL runs mysql.wasm against a throwaway MariaDB (skipped without
+// MariaDB unless CI is set): the conformance suite, key order at the edges
+// MySQL gets wrong by default, the whole server through clientv3, refused
+// configurations, commits cut around COMMIT, a server that goes away, and
+// concurrent batches that name the same keys in opposite orders.
+func TestMySQL(t *testing.T) {
+	my, p := mysqlSetup(t)
+	t.Logf("MariaDB %s on %s", my.Version, my.Addr)
+
+	t.Run("Conformance", func(t *testing.T) {
+		kvtest.Run(t, func(t *testing.T) kv.Store { return openMySQL(t, "", StoreOptions{}) })
+	})
+
+	t.Run("Manifest", func(t *testing.T) {
+		s := openMySQL(t, "pool-size=2", StoreOptions{})
+		m, f := s.Manifest(), s.Features()
+		if m.Name != "mysql" || m.Model.String() != "pooled" || !f.Durable {
+			t.Errorf("manifest %+v, features %+v", m, f)
+		}
+	})
+
+	t.Run("KeyOrder", func(t *testing.T) {
+		mysqlKeyOrder(t, openMySQL(t, "", StoreOptions{}))
+	})
+
+	t.Run("ScanConnections", func(t *testing.T) {
+		postgresScanConns(t, openMySQL(t, "pool-size=2", StoreOptions{PoolSize: 1}))
+	})
+
+	t.Run("Server", func(t *testing.T) {
+		st := openMySQL(t, "", StoreOptions{})
+		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
+	})
+
+	t.Run("RefusedConfig", func(t *testing.T) {
+		dsn := my.DSN("")
+		cases := []struct {
+			name, cfg string
+			allowed   []string
+			want      string
+		}{
+			{"no dsn", "table=x", []string{my.Addr}, "dsn="},
+			{"unknown setting", "dsn=" + dsn + " colour=blue", []string{my.Addr}, `unknown setting "colour"`},
+			{"bad dsn", "dsn=root@" + my.Addr, []string{my.Addr}, "dsn:"},
+			{"unix socket", "dsn=root@unix(/tmp/sock)/engram", []string{my.Addr}, "only tcp"},
+			{"no database", "dsn=root@tcp(" + my.Addr + ")/", []string{my.Addr}, "no database"},
+			{"bad table", "dsn=" + dsn + " table=a;drop", []string{my.Addr}, "not a plain SQL identifier"},
+			{"bad pool size", "dsn=" + dsn + " pool-size=1", []string{my.Addr}, "pool-size"},
+			{"no allowed address", "dsn=" + dsn, nil, "allowed-addresses"},
+			{"address not allowed", "dsn=" + dsn, []string{"127.0.0.1:1"}, "allowed-addresses"},
+			{"no such database", "dsn=" + my.DSN("nosuchdb"), []string{my.Addr}, "nosuchdb"},
+			{"no such user", "dsn=nobody@tcp(" + my.Addr + ")/engram", []string{my.Addr}, "nobody"},
+		}
+		for _, c := range cases {
+			_, err := p.Open(context.Background(), StoreOptions{Config: []byte(c.cfg), AllowedAddresses: c.allowed, PoolSize: 1})
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: Open = %v, want an error mentioning %q", c.name, err, c.want)
+			}
+		}
+	})
+
+	t.Run("NotAnEngramTable", func(t *testing.T) {
+		// Tables that exist but are not Engram's are refused at INIT, not
+		// written into: a system table (another engine, other columns),
+		// and one with the right names whose key is a case-insensitive
+		// VARCHAR that would misorder keys.
+		if _, err := my.Exec("", "CREATE TABLE lookalike (internal_key VARCHAR(255) NOT NULL, value LONGBLOB NOT NULL, "+
+			"key_head VARBINARY(1024) NOT NULL, key_tail_hash VARBINARY(32) NOT NULL, PRIMARY KEY (key_head, key_tail_hash)) ENGINE=InnoDB"); err != nil {
+			t.Fatal(err)
+		}
+		for _, table := range []string{"mysql.db", "lookalike"} {
+			_, err := p.Open(context.Background(), StoreOptions{Config: []byte("dsn=" + my.DSN("") + " table=" + table),
+				AllowedAddresses: []string{my.Addr}, PoolSize: 1})
+			if err == nil || !strings.Contains(err.Error(), "not an Engram table") {
+				t.Errorf("Open on %s = %v", table, err)
+			}
+		}
+	})
+
+	t.Run("CommitCuts", func(t *testing.T) {
+		mysqlEnv.tables++
+		mysqlCommitCuts(t, p, my, fmt.Sprintf("t%d", mysqlEnv.tables))
+	})
+
+	t.Run("OppositeOrders", func(t *testing.T) {
+		mysqlOppositeOrders(t, my, openMySQL(t, "", StoreOptions{PoolSize: 4}))
+	})
+
+	t.Run("Unavailable", func(t *testing.T) {
+		// A server that goes away: calls fail cleanly (nothing applied,
+		// UNAVAILABLE), never hang, and never claim success.
+		my2 := mysqltest.Start(t)
+		s, err := p.Open(context.Background(), StoreOptions{Config: []byte("dsn=" + my2.DSN("") + " table=gone"),
+			AllowedAddresses: []string{my2.Addr}, PoolSize: 1, CallTimeout: 5 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		ctx := context.Background()
+		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
+			t.Fatal(err)
+		}
+		if err := my2.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Get with the server gone: %v, want UNAVAILABLE", err)
+		}
+		err = s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("w"))})
+		if !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Commit with the server gone: %v, want UNAVAILABLE (a certain failure)", err)
+		}
+		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Get with the server refusing connections: %v, want UNAVAILABLE", err)
+		}
+	})
+}
+
+// mysqlKeyOrder checks the orderings the conformance suite leaves to
+// chance here: keys that end in 0x00 or 0x20 (a PAD SPACE collation would
+// make "a" and "a " equal), and long keys that share their first 1024
+// bytes, which the primary key orders by hash and the plugin must put back
+// in key order, forward and reverse, in pages that cut their runs.
+func mysqlKeyOrder(t *testing.T, s kv.Store) {
+	ctx := context.Background()
+	head := bytes.Repeat([]byte{'h'}, 1024)
+	long := func(tail string) []byte { return append(bytes.Clone(head), tail...) }
+	keys := [][]byte{
+		[]byte("a"), []byte("a\x00"), []byte("a\x00\x00"), []byte("a\x1f"), []byte("a "), []byte("a \x00"), []byte("a!"),
+		[]byte("b\xff"), bytes.Repeat([]byte{'g'}, 1030),
+		head[:1023], head, long("\x00"), long(" "), long("a"), long("b"), long("b\x00"), long("c"),
+		long(strings.Repeat("z", 3000)), long(strings.Repeat("z", 3000) + "y"),
+		append(bytes.Clone(head[:1023]), 'i'), []byte("z"),
+	}
+	var ops []kv.Op
+	for i, k := range keys {
+		ops = append(ops, kv.Put(k, []byte(strconv.Itoa(i))))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	want := make([][]byte, len(keys))
+	copy(want, keys)
+	slices.SortFunc(want, bytes.Compare)
+	scan := func(o kv.ScanOptions) [][]byte {
+		t.Helper()
+		it, err := s.Scan(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer it.Close()
+		var got [][]byte
+		for {
+			b, err := it.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) == 0 {
+				return got
+			}
+			for _, p := range b {
+				got = append(got, bytes.Clone(p.Key))
+			}
+		}
+	}
+	check := func(name string, got, want [][]byte) {
+		t.Helper()
+		if len(got) != len(want) {
+			t.Errorf("%s: %d keys, want %d", name, len(got), len(want))
+			return
+		}
+		for i := range got {
+			if !bytes.Equal(got[i], want[i]) {
+				t.Errorf("%s: key %d is %.40q (%d bytes), want %.40q (%d bytes)", name, i, got[i], len(got[i]), want[i], len(want[i]))
+				return
+			}
+		}
+	}
+	reversed := func(ks [][]byte) [][]byte {
+		r := make([][]byte, len(ks))
+		for i := range ks {
+			r[len(ks)-1-i] = ks[i]
+		}
+		return r
+	}
+	for _, batch := range []int{1, 2, 3, 5, 100} {
+		check(fmt.Sprintf("forward, batches of %d", batch), scan(kv.ScanOptions{BatchSize: batch}), want)
+		check(fmt.Sprintf("reverse, batches of %d", batch), scan(kv.ScanOptions{BatchSize: batch, Reverse: true}), reversed(want))
+	}
+	// Bounds inside a run of shared heads.
+	lo, hi := long("b"), long("zz")
+	var in [][]byte
+	for _, k := range want {
+		if bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0 {
+			in = append(in, k)
+		}
+	}
+	for _, batch := range []int{1, 2, 100} {
+		check(fmt.Sprintf("bounded forward, batches of %d", batch), scan(kv.ScanOptions{Start: lo, End: hi, BatchSize: batch}), in)
+		check(fmt.Sprintf("bounded reverse, batches of %d", batch), scan(kv.ScanOptions{Start: lo, End: hi, BatchSize: batch, Reverse: true}), reversed(in))
+	}
+	for i, k := range keys {
+		if v, err := s.Get(ctx, k); err != nil || string(v) != strconv.Itoa(i) {
+			t.Errorf("Get(%.40q): %q, %v", k, v, err)
+		}
+	}
+	// A key that differs only by a trailing space or NUL is another key.
+	if _, err := s.Get(ctx, []byte("b\xff ")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf(`Get("b\xff "): %v, want not found`, err)
+	}
+	err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("a "), []byte("wrong"), []byte("x"))})
+	var ce *kv.ConflictError
+	if !errors.As(err, &ce) || !bytes.Equal(ce.Current, []byte("4")) {
+		t.Errorf("CAS on \"a \" with a wrong value: %v, want a conflict with its value 4", err)
+	}
+}
+
+// mysqlCommitCuts checks the commit error mapping with a connection cut
+// at the two points that matter (through postgres_test.go's cutProxy):
+// before COMMIT is sent (nothing applied: a certain failure, never
+// UNCERTAIN) and right after (UNCERTAIN: the server may have committed),
+// then that Engram's resolution (read back) finds the outcome.
+func mysqlCommitCuts(t *testing.T, p *Plugin, my *mysqltest.Server, table string) {
+	ctx := context.Background()
+	px := startCutProxy(t, my.Addr)
+	dsn := strings.Replace(my.DSN(""), my.Addr, px.addr, 1)
+	s, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + dsn + " table=" + table), AllowedAddresses: []string{px.addr}, PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v0"))}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The round trip with START TRANSACTION and the writes never reaches
+	// the server (the new value travels inline in it). The pooled
+	// connection failing on its first use in a call looks like one the
+	// server closed while idle (wait_timeout): the plugin runs the batch
+	// again on a new connection, safely, since no COMMIT was sent. Cut
+	// that one too, and the commit fails, certainly.
+	px.armN("v1-cut-before", false, 2)
+	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-cut-before"))})
+	if err == nil || errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("commit cut before COMMIT: %v, want a certain failure", err)
+	}
+	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v0" {
+		t.Errorf("after a commit cut before COMMIT: %q, %v; want v0", v, err)
+	}
+	// One cut: the new connection succeeds.
+	px.arm("v1-retried", false)
+	if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-retried"))}); err != nil {
+		t.Errorf("commit cut before COMMIT on a pooled connection: %v, want it run again on a new one", err)
+	}
+	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v1-retried" {
+		t.Errorf("after a commit run again: %q, %v; want v1-retried", v, err)
+	}
+
+	// COMMIT (COM_QUERY, command byte 3, then the text) reaches the
+	// server; its answer never comes back.
+	px.arm("\x03COMMIT", true)
+	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v1-retried"), []byte("v2"))})
+	if !errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("commit cut after COMMIT was sent: %v, want UNCERTAIN", err)
+	}
+	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v2" {
+		t.Errorf("after an uncertain commit: %q, %v; want v2 (the server committed)", v, err)
+	}
+	if px.cuts != 4 {
+		t.Errorf("proxy cut %d connections, want 4", px.cuts)
+	}
+
+	// Engram resolves an uncertain commit by reading back (core/retry);
+	// through the whole server, the same cut must end in one clear
+	// answer, and the store must hold what that answer says.
+	srv := servertest.Start(t, servertest.Options{Store: s})
+	c := srv.Client(t)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.Put(cctx, "/registry/x", "before"); err != nil {
+		t.Fatal(err)
+	}
+	px.arm("\x03COMMIT", true)
+	_, err = c.Put(cctx, "/registry/x", "after")
+	got, gerr := c.Get(cctx, "/registry/x")
+	if gerr != nil || len(got.Kvs) != 1 {
+		t.Fatalf("read after the cut: %v %v", gerr, got)
+	}
+	switch v := string(got.Kvs[0].Value); {
+	case err == nil && v != "after":
+		t.Errorf("put acknowledged after an uncertain commit, but the key holds %q", v)
+	case err != nil && v != "before":
+		t.Errorf("put failed (%v) after an uncertain commit, but the key holds %q", err, v)
+	}
+	if px.cuts != 5 {
+		t.Errorf("proxy cut %d connections, want 5", px.cuts)
+	}
+}
+
+// mysqlOppositeOrders runs concurrent batches that name the same keys in
+// opposite orders (and conditional writes on them): the plugin sends each
+// batch's statements in key order, so no batch waits for a lock another
+// holds while holding one it wants, and InnoDB's deadlock counter stays
+// where it was.
+func mysqlOppositeOrders(t *testing.T, my *mysqltest.Server, s kv.Store) {
+	ctx := context.Background()
+	keys := [][]byte{[]byte("k/a"), []byte("k/b"), []byte("k/c"), []byte("k/d")}
+	var init []kv.Op
+	for _, k := range keys {
+		init = append(init, kv.Put(k, []byte("0")))
+	}
+	if err := s.Commit(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	deadlocks := func() string {
+		out, err := my.Exec("", "SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	before := deadlocks()
+	const workers, rounds = 4, 50
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				v := []byte(fmt.Sprintf("%d-%d", w, r))
+				var ops []kv.Op
+				for i := range keys {
+					k := keys[i]
+					if w%2 == 1 {
+						k = keys[len(keys)-1-i]
+					}
+					ops = append(ops, kv.Put(k, v))
+				}
+				if err := s.Commit(ctx, ops); err != nil {
+					errs <- fmt.Errorf("worker %d round %d: %w", w, r, err)
+					return
+				}
+				// A conditional batch in the same order: it may lose to
+				// another worker (a conflict), never deadlock.
+				cur, err := s.Get(ctx, ops[0].Key)
+				if err != nil {
+					errs <- err
+					return
+				}
+				cond := []kv.Op{kv.CompareAndSwap(ops[0].Key, cur, v), kv.Put(ops[len(ops)-1].Key, v)}
+				var ce *kv.ConflictError
+				if err := s.Commit(ctx, cond); err != nil && !errors.As(err, &ce) {
+					errs <- fmt.Errorf("worker %d round %d (conditional): %w", w, r, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if after := deadlocks(); after != before {
+		t.Errorf("InnoDB deadlocks: %q before, %q after", before, after)
+	}
+	// Every batch was atomic: the middle keys, which only the
+	// unconditional batches write, hold one batch's value.
+	b, err1 := s.Get(ctx, keys[1])
+	c, err2 := s.Get(ctx, keys[2])
+	if err1 != nil || err2 != nil || !bytes.Equal(b, c) {
+		t.Errorf("%s holds %q (%v), %s holds %q (%v): a batch was torn", keys[1], b, err1, keys[2], c, err2)
+	}
+}
+
+// BenchmarkMySQL measures mysql.wasm through the host against the shared
+// throwaway MariaDB on loopback (durability off), one client: a Get, and
+// a commit shaped like Engram's writes (a CAS on the revision key, a new
+// object key, a meta put). The README's latencies come from it:
+//
+//	go test -run '^$' -bench BenchmarkMySQL -benchtime 2000x ./host
+func BenchmarkMySQL(b *testing.B) {
+	s := openMySQL(b, "", StoreOptions{PoolSize: 1})
+	ctx := context.Background()
+	rev := []byte("rev/key")
+	if err := s.Commit(ctx, []kv.Op{kv.Put(rev, []byte("0"))}); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Get(ctx, rev); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Commit3", func(b *testing.B) {
+		cur, err := s.Get(ctx, rev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		value := []byte(strings.Repeat("v", 500))
+		i := 0
+		for b.Loop() {
+			i++
+			next := []byte(strconv.Itoa(i) + "-" + b.Name())
+			ops := []kv.Op{
+				kv.CompareAndSwap(rev, cur, next),
+				kv.PutIfAbsent(fmt.Appendf(nil, "obj/%s/%08d", b.Name(), i), value),
+				kv.Put([]byte("meta/last"), next),
+			}
+			if err := s.Commit(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+			cur = next
+		}
+	})
+}
