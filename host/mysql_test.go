@@ -94,6 +94,44 @@ func TestMySQL(t *testing.T) {
 		mysqlKeyOrder(t, openMySQL(t, "", StoreOptions{}))
 	})
 
+	t.Run("BigBatch", func(t *testing.T) {
+		// 18 MiB of values with every byte value in them: more than
+		// MariaDB's max_allowed_packet (16 MiB), so the statements go in
+		// several round trips of one transaction.
+		s := openMySQL(t, "", StoreOptions{})
+		ctx := context.Background()
+		var ops []kv.Op
+		for i := range 6 {
+			v := make([]byte, 3<<20)
+			for j := range v {
+				v[j] = byte(j*7 + i)
+			}
+			ops = append(ops, kv.Put([]byte{'b', byte(i), 0, '\\', '\'', ' '}, v))
+		}
+		ops = append(ops, kv.PutIfAbsent([]byte("big/cond"), []byte("x")))
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		for _, op := range ops {
+			if v, err := s.Get(ctx, op.Key); err != nil || !bytes.Equal(v, op.Value) {
+				t.Errorf("Get(%q): %d bytes, %v; want the %d bytes written", op.Key, len(v), err, len(op.Value))
+			}
+		}
+		// A conflict in a later packet rolls back the earlier ones.
+		rewritten := bytes.Repeat([]byte{'r'}, 3<<20)
+		for i := range ops {
+			ops[i].Value = rewritten
+		}
+		err := s.Commit(ctx, ops)
+		var ce *kv.ConflictError
+		if !errors.As(err, &ce) || ce.Index != len(ops)-1 {
+			t.Fatalf("batch whose last op conflicts: %v", err)
+		}
+		if v, err := s.Get(ctx, ops[0].Key); err != nil || len(v) != 3<<20 || bytes.Equal(v, rewritten) {
+			t.Errorf("after the conflicting batch: %d bytes, %v; want the first batch's value", len(v), err)
+		}
+	})
+
 	t.Run("ScanConnections", func(t *testing.T) {
 		postgresScanConns(t, openMySQL(t, "pool-size=2", StoreOptions{PoolSize: 1}))
 	})

@@ -138,15 +138,15 @@ func launch(b bins) (*Server, error) {
 	// Durability is off (no flush at commit, no doublewrite, no binary
 	// log): the data is thrown away, and tests should measure Engram, not
 	// the disk. max_connections covers a few stores of pooled plugin
-	// instances open at once; max_allowed_packet is MySQL 8's default
-	// (MariaDB's 16M is below what the plugin requires).
+	// instances open at once. max_allowed_packet stays MariaDB's 16M
+	// (MySQL 8's is 64M), so that big batches take several round trips.
 	cmd := exec.Command(b.server, "--no-defaults", "--datadir="+data,
 		"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-networking=0",
 		"--socket="+filepath.Join(dir, "sock"), "--pid-file="+filepath.Join(dir, "pid"),
 		"--skip-name-resolve", "--init-file="+initSQL, "--skip-log-bin",
 		"--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0",
 		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=64M",
-		"--max-connections=300", "--max-allowed-packet=64M")
+		"--max-connections=300")
 	if cred != nil {
 		cmd.Args = append(cmd.Args, "--user=mysql")
 	}
