@@ -380,11 +380,11 @@ bool engram_encode_scan_close_req(engram_buf *buf, const engram_scan_close_req *
     return buf_done(buf, put_uv(p, m->id));
 }
 
-static bool kind_has_value(int k) {
+static bool kind_has_value(unsigned k) {
     return k == ENGRAM_PUT || k == ENGRAM_PUT_IF_ABSENT || k == ENGRAM_COMPARE_AND_SWAP;
 }
 
-static bool kind_has_expected(int k) {
+static bool kind_has_expected(unsigned k) {
     return k == ENGRAM_COMPARE_AND_SWAP || k == ENGRAM_COMPARE_AND_DELETE;
 }
 
@@ -531,7 +531,7 @@ engram_err engram_decode_message(const uint8_t *b, size_t n, engram_bytes *msg) 
     return decode_one_bytes(b, n, msg);
 }
 
-static bool encode_status_bytes(engram_buf *buf, int st, engram_bytes s) {
+static bool encode_status_bytes(engram_buf *buf, unsigned st, engram_bytes s) {
     uint8_t *p = buf_room(buf, 1 + bytes_len(s.len));
     if (!p) return false;
     *p++ = (uint8_t)st;
@@ -809,6 +809,7 @@ uint8_t *engram_instance_buffer(engram_instance *in, size_t min_cap) {
 
 int64_t engram_call_deadline(const engram_call *call) { return call->deadline; }
 
+static void set_msgv(engram_call *c, const char *fmt, va_list ap) ENGRAM_PRINTF(2, 0);
 static void set_msgv(engram_call *c, const char *fmt, va_list ap) {
     int n = vsnprintf(c->msg, sizeof c->msg, fmt, ap);
     c->msg_len = n < 0 ? 0 : (size_t)n < sizeof c->msg ? (size_t)n : sizeof c->msg - 1;
@@ -829,7 +830,7 @@ static void put_error(engram_instance *in, engram_status st) {
     engram_call *c = &in->call;
     if (!c->has_msg) {
         int n = snprintf(c->msg, sizeof c->msg, "%s: %s", engram_op_name((int)c->op),
-                         engram_status_name(st));
+                         engram_status_name((int)st));
         c->msg_len = n < 0 ? 0 : (size_t)n;
     }
     size_t len = c->msg_len;
@@ -1545,6 +1546,10 @@ const char *engram_net_strerror(int32_t code) {
  * ==================================================================== */
 
 #if defined(__wasm__)
+int32_t kvp_abi_version(void);
+int32_t kvp_buffer(int32_t min_cap);
+int64_t kvp_dispatch(int32_t op, int32_t req_len);
+
 static engram_instance *the_instance;
 static bool entry_called;
 
@@ -1565,7 +1570,8 @@ __attribute__((export_name("kvp_abi_version"))) int32_t kvp_abi_version(void) {
 __attribute__((export_name("kvp_buffer"))) int32_t kvp_buffer(int32_t min_cap) {
     engram_instance *in = instance();
     if (!in || min_cap < 0) return 0;
-    return (int32_t)(uintptr_t)engram_instance_buffer(in, (size_t)min_cap);
+    uint8_t *buf = engram_instance_buffer(in, (size_t)min_cap);
+    return (int32_t)(uintptr_t)buf;
 }
 
 __attribute__((export_name("kvp_dispatch"))) int64_t kvp_dispatch(int32_t op, int32_t req_len) {

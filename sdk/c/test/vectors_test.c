@@ -136,7 +136,11 @@ bad:
 }
 
 static void free_vector(vector *v) {
-    free(v->name), free(v->op), free(v->direction), free(v->note), free(v->hex);
+    free(v->name);
+    free(v->op);
+    free(v->direction);
+    free(v->note);
+    free(v->hex);
 }
 
 /* Parses the whole file; returns the number of vectors or -1. */
@@ -317,7 +321,7 @@ static engram_err roundtrip(int op, bool request, const uint8_t *b, size_t n, en
             tprintf(t, "deadline=%lld count=%zu", (long long)m.deadline, m.count);
             for (size_t i = 0; i < m.count; i++) {
                 const engram_op *o = &m.ops[i];
-                tprintf(t, " %s ", kind_name(o->kind));
+                tprintf(t, " %s ", kind_name((int)o->kind));
                 tbytes(t, o->key);
                 if (o->kind == ENGRAM_COMPARE_AND_SWAP || o->kind == ENGRAM_COMPARE_AND_DELETE) {
                     tprintf(t, " expected=");

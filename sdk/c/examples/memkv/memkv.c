@@ -23,7 +23,8 @@
  * Invariants:
  *   I1 a version is kept only while something can read it: the newest one
  *      of its key, or the one an open scan's snapshot sees (prune);
- *   I2 a key whose versions are all gone or a lone tombstone is unlinked;
+ *   I2 a key left with no version or a lone tombstone is unlinked: at once,
+ *      or by the next gc pass if it is on the gc list;
  *   I3 a key that keeps old versions or a tombstone for the sake of open
  *      scans is on the gc list, which is processed when the last scan
  *      closes (then it empties: no scans, nothing old to keep), at IDLE,
@@ -59,7 +60,7 @@ typedef struct node {
     struct node *next[]; /* level pointers; the key bytes follow them */
 } node;
 
-static uint8_t *key_of(const node *x) { return (uint8_t *)&x->next[x->level]; }
+static const uint8_t *key_of(const node *x) { return (const uint8_t *)&x->next[x->level]; }
 
 /* Open snapshots: sequence numbers ascending, with how many scans read
  * each. Scans open at the current sequence, so appends keep the order. */
@@ -137,15 +138,15 @@ static int cmp(const uint8_t *a, size_t al, const uint8_t *b, size_t bl) {
 
 static int cmp_node(const node *x, const uint8_t *k, size_t kl) { return cmp(key_of(x), x->klen, k, kl); }
 
-static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return true;
+/* Returns array p (of *cap elements of elem bytes) with room for need,
+ * reallocated geometrically; NULL when out of memory, p being intact. */
+static void *grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap && p) return p;
     size_t c = *cap ? *cap : 16;
     while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return false;
-    *p = q;
-    *cap = c;
-    return true;
+    void *q = realloc(p, c * elem);
+    if (q) *cap = c;
+    return q;
 }
 
 /* ---- skip list ---- */
@@ -251,7 +252,7 @@ static node *node_new(store *s, engram_bytes k) {
     memset(x, 0, sizeof *x + (size_t)lvl * sizeof x->next[0]);
     x->level = (uint8_t)lvl;
     x->klen = (uint32_t)k.len;
-    memcpy(key_of(x), k.ptr, k.len);
+    memcpy((uint8_t *)&x->next[lvl], k.ptr, k.len); /* the key follows the levels */
     return x;
 }
 
@@ -406,6 +407,17 @@ static engram_status kv_get(void *self, engram_call *call, engram_bytes key) {
     return engram_get_reply(call, v);
 }
 
+/* The bookkeeping a commit of n ops needs, reserved before it applies. */
+static bool reserve_commit(store *s, size_t n) {
+    prep *p = grow(s->prep, &s->prep_cap, n, sizeof *s->prep);
+    if (!p) return false;
+    s->prep = p;
+    node **g = grow(s->gc, &s->gc_cap, s->ngc + n, sizeof *s->gc);
+    if (!g) return false;
+    s->gc = g;
+    return index_reserve(s, n);
+}
+
 /* Frees what a failed commit prepared for ops [0, n). */
 static void unprepare(store *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -417,8 +429,7 @@ static void unprepare(store *s, size_t n) {
 static engram_status kv_commit(void *self, engram_call *call, const engram_op *ops, size_t n) {
     store *s = self;
     /* Reserve the bookkeeping first: once applying starts nothing fails. */
-    if (!grow((void **)&s->prep, &s->prep_cap, n, sizeof *s->prep) ||
-        !grow((void **)&s->gc, &s->gc_cap, s->ngc + n, sizeof *s->gc) || !index_reserve(s, n))
+    if (!reserve_commit(s, n))
         return engram_fail(call, ENGRAM_INTERNAL, "out of memory");
     /* Check every condition in order (the lowest failing index is the one
      * to report) and allocate what each op will link. */
@@ -488,7 +499,9 @@ static bool snap_add(store *s, uint64_t seq) {
         s->snaps[s->nsnaps - 1].refs++;
         return true;
     }
-    if (!grow((void **)&s->snaps, &s->snaps_cap, s->nsnaps + 1, sizeof *s->snaps)) return false;
+    snap *sn = grow(s->snaps, &s->snaps_cap, s->nsnaps + 1, sizeof *s->snaps);
+    if (!sn) return false;
+    s->snaps = sn;
     s->snaps[s->nsnaps++] = (snap){seq, 1};
     return true;
 }
