@@ -270,9 +270,12 @@ fn fill<'a>(
     (Progress::Done, last)
 }
 
+/// The bounds of a range of the map.
+type KeyRange<'k> = (Bound<&'k [u64]>, Bound<&'k [u64]>);
+
 /// A `BTreeMap::range` argument, or `None` if the range is empty: `range`
 /// panics on an inverted range, which must never happen here.
-fn bounds<'k>(lo: Bound<&'k [u64]>, hi: Bound<&'k [u64]>) -> Option<(Bound<&'k [u64]>, Bound<&'k [u64]>)> {
+fn bounds<'k>(lo: Bound<&'k [u64]>, hi: Bound<&'k [u64]>) -> Option<KeyRange<'k>> {
     let key = |b: &Bound<&'k [u64]>| match *b {
         Bound::Included(k) | Bound::Excluded(k) => Some(k),
         Bound::Unbounded => None,

@@ -564,6 +564,8 @@ fn write_uvarint(dst: &mut [u8], mut v: u64) -> usize {
 /// have the same layout, and std collects a `vec::IntoIter` adapter into
 /// its source allocation when layouts match. Safe code; if std ever stops
 /// doing that, the cost is an allocation per COMMIT, not a bug.
+// filter_map, not filter: the item type changes (its lifetime).
+#[allow(clippy::unnecessary_filter_map)]
 fn recycle<'a, 'b>(mut v: Vec<Op<'a>>) -> Vec<Op<'b>> {
     v.clear();
     v.into_iter().filter_map(|_| None).collect()

@@ -7,8 +7,9 @@
 //! [`crate::log`], [`crate::clock`] and [`crate::net`].
 //!
 //! Outside wasm (the SDK's own tests, a plugin's native unit tests) the
-//! imports are stand-ins: logs go to stderr, clocks are the process's, and
-//! every socket call is denied, as a host that granted nothing answers.
+//! imports are stand-ins: logs at info level and above go to stderr (debug
+//! logs would drown test output), clocks are the process's, and every
+//! socket call is denied, as a host that granted nothing answers.
 
 #[cfg(target_arch = "wasm32")]
 mod imp {
@@ -82,6 +83,9 @@ mod imp {
     use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
     pub fn log(level: i32, msg: &[u8]) {
+        if level < crate::abi::LOG_INFO {
+            return;
+        }
         let mut e = std::io::stderr().lock();
         // A failed write to stderr has nowhere to be reported.
         let _ = writeln!(e, "[plugin {level}] {}", String::from_utf8_lossy(msg));

@@ -9,6 +9,9 @@ use crate::store::Manifest;
 
 type Kv = (Vec<u8>, Vec<u8>);
 
+/// An op as the store saw it: kind, key, value, expected.
+type OwnedOp = (OpKind, Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// A store over a sorted vector, recording what the dispatcher hands it.
 #[derive(Default)]
 struct TestStore {
@@ -22,7 +25,7 @@ struct TestStore {
     scans_opened: usize,
     scans_closed: usize,
     store_calls: usize,
-    last_ops: Vec<(OpKind, Vec<u8>, Vec<u8>, Vec<u8>)>,
+    last_ops: Vec<OwnedOp>,
     commit_error: Option<Error>,
     get_error: Option<Error>,
     last_limit: u64,
