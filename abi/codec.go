@@ -11,6 +11,11 @@ var (
 	// ErrOverflow: a uvarint is longer than 10 bytes or exceeds 64 bits,
 	// or a value exceeds the range of its field.
 	ErrOverflow = errors.New("abi: varint overflows its field")
+	// ErrNotShortest: a uvarint has more bytes than its value needs (a
+	// last byte of 0 after the first). ABI.md obliges encoders to emit the
+	// shortest form; rejecting the others keeps one encoding per message,
+	// which every SDK's decoder checks alike.
+	ErrNotShortest = errors.New("abi: varint not in its shortest form")
 	// ErrTrailing: bytes follow the last field of a fixed-layout message.
 	ErrTrailing = errors.New("abi: trailing bytes after message")
 	// ErrBadValue: a field holds a value outside its enumeration (an op
@@ -103,6 +108,10 @@ func (r *Reader) Uvarint() uint64 {
 		if c < 0x80 {
 			if i == 9 && c > 1 {
 				r.fail(ErrOverflow)
+				return 0
+			}
+			if c == 0 && i > 0 {
+				r.fail(ErrNotShortest)
 				return 0
 			}
 			return v | uint64(c)<<s

@@ -35,6 +35,8 @@ func TestReaderRejectsMalformed(t *testing.T) {
 		{"unterminated varint", []byte{0x80, 0x80}, func(r *Reader) { r.Uvarint() }, ErrShort},
 		{"11-byte varint", bytes.Repeat([]byte{0x80}, 11), func(r *Reader) { r.Uvarint() }, ErrOverflow},
 		{"65-bit varint", append(bytes.Repeat([]byte{0xff}, 9), 0x02), func(r *Reader) { r.Uvarint() }, ErrOverflow},
+		{"non-shortest zero", []byte{0x80, 0x00}, func(r *Reader) { r.Uvarint() }, ErrNotShortest},
+		{"non-shortest 1", []byte{0x81, 0x80, 0x00}, func(r *Reader) { r.Uvarint() }, ErrNotShortest},
 		{"u32 overflow", AppendUvarint(nil, 1<<32), func(r *Reader) { r.Uint32() }, ErrOverflow},
 		{"i64 overflow", AppendUvarint(nil, 1<<63), func(r *Reader) { r.Int64() }, ErrOverflow},
 		{"bytes longer than input", []byte{5, 'a', 'b'}, func(r *Reader) { r.Bytes() }, ErrShort},
