@@ -24,11 +24,12 @@ import (
 // share them, and every store gets a table of its own, so each starts
 // empty.
 var mysqlEnv struct {
-	once   sync.Once
-	server *mysqltest.Server
-	plugin *Plugin
-	err    error
-	tables int
+	once     sync.Once
+	server   *mysqltest.Server
+	plugin   *Plugin
+	err      error
+	tables   int
+	benchSeq int
 }
 
 // mysqlSetup returns the shared server and plugin, skipping tb without
@@ -507,13 +508,13 @@ func BenchmarkMySQL(b *testing.B) {
 			b.Fatal(err)
 		}
 		value := []byte(strings.Repeat("v", 500))
-		i := 0
 		for b.Loop() {
-			i++
-			next := []byte(strconv.Itoa(i) + "-" + b.Name())
+			// New object keys on every run: -count reruns on this store.
+			mysqlEnv.benchSeq++
+			next := []byte(strconv.Itoa(mysqlEnv.benchSeq))
 			ops := []kv.Op{
 				kv.CompareAndSwap(rev, cur, next),
-				kv.PutIfAbsent(fmt.Appendf(nil, "obj/%s/%08d", b.Name(), i), value),
+				kv.PutIfAbsent(fmt.Appendf(nil, "obj/%08d", mysqlEnv.benchSeq), value),
 				kv.Put([]byte("meta/last"), next),
 			}
 			if err := s.Commit(ctx, ops); err != nil {
