@@ -19,7 +19,8 @@
 //!
 //! # Modules
 //!
-//! - [`Store`] and its types ([`store`]): what a plugin implements.
+//! - [`Store`] and its types ([`Manifest`], [`Error`], [`Ctx`],
+//!   [`BatchWriter`], ...): what a plugin implements.
 //! - [`export_store!`] and [`runtime`]: the exports `kvp_abi_version`,
 //!   `kvp_buffer` and `kvp_dispatch`, and the request buffer.
 //! - [`dispatch`]: request handling, independent of wasm.

@@ -13,9 +13,10 @@
 
 #[cfg(target_arch = "wasm32")]
 mod imp {
-    // The symbol names are prefixed so that they cannot collide with libc's
-    // (a plain `log` is libm's natural logarithm, which std's f64::ln links
-    // to); `link_name`-less imports would be named after the Rust item.
+    // `link_name` is the import's name in module engram_host_v1; the Rust
+    // items are prefixed so that they read as host calls. rustc keeps these
+    // imports apart from libc's symbols of the same name: a plugin using
+    // f64::ln (libm's `log`) links and logs fine.
     #[link(wasm_import_module = "engram_host_v1")]
     extern "C" {
         #[link_name = "log"]
