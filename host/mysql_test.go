@@ -187,6 +187,56 @@ func TestMySQL(t *testing.T) {
 		}
 	})
 
+	t.Run("IdleConnectionsClosed", func(t *testing.T) {
+		// The server closes connections the plugin keeps idle in its
+		// pool (wait_timeout, a restart; here KILL): the next calls find
+		// out on first use and run again on new connections, so none
+		// fails.
+		s := openMySQL(t, "pool-size=3", StoreOptions{PoolSize: 1})
+		ctx := context.Background()
+		var ops []kv.Op
+		for i := range 30 {
+			ops = append(ops, kv.Put(fmt.Appendf(nil, "idle/%02d", i), []byte("v")))
+		}
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		// Two connections: a long scan holds one while a Get uses another.
+		it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Get(ctx, []byte("idle/00")); err != nil {
+			t.Fatal(err)
+		}
+		_ = it.Close()
+		for round := range 3 {
+			if _, err := my.Exec("", "KILL CONNECTION USER 'root'@'127.0.0.1'"); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			switch round {
+			case 0:
+				_, err = s.Get(ctx, []byte("idle/01"))
+			case 1:
+				err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("idle/01"), []byte("v"), []byte("w"))})
+			case 2:
+				var it kv.Iterator
+				if it, err = s.Scan(ctx, kv.ScanOptions{BatchSize: 100}); err == nil {
+					var b []kv.Pair
+					b, err = it.Next(ctx)
+					if err == nil && len(b) != 30 {
+						err = fmt.Errorf("scan: %d pairs", len(b))
+					}
+					_ = it.Close()
+				}
+			}
+			if err != nil {
+				t.Errorf("round %d, after the server closed the idle connections: %v", round, err)
+			}
+		}
+	})
+
 	t.Run("CommitCuts", func(t *testing.T) {
 		mysqlEnv.tables++
 		mysqlCommitCuts(t, p, my, fmt.Sprintf("t%d", mysqlEnv.tables))

@@ -59,12 +59,20 @@ type conn struct {
 }
 
 // stale reports whether err is c failing as a connection that died while
-// idle: its first statement of the call got no answer. The call is run
-// again on a new connection, which is safe because nothing was applied
-// (the caller checks that COMMIT was not sent).
+// idle: its first statement of the call got no answer, or the answer the
+// server leaves before closing an idle connection (MySQL's 4031 after
+// wait_timeout, MariaDB's 1927 after KILL). The call is run again on a new
+// connection, which is safe because nothing was applied (the caller
+// checks that COMMIT was not sent).
 func (c *conn) stale(err error) bool {
+	if !c.reused || err == nil {
+		return false
+	}
 	var me *mysql.MySQLError
-	return c.reused && c.bad && err != nil && !errors.As(err, &me)
+	if errors.As(err, &me) {
+		return me.Number == 4031 || me.Number == 1927
+	}
+	return c.bad
 }
 
 var errNoRows = errors.New("no rows")

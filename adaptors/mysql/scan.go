@@ -106,10 +106,37 @@ func (it *iter) Next(ctx context.Context, max int) ([]sdk.Pair, error) {
 // inside the snapshot transaction that the rest of the scan continues in;
 // the caller has seen nothing of the first attempt.
 func (it *iter) first(ctx context.Context, n int) (bool, error) {
-	c, err := it.s.pool.get(ctx)
-	if err != nil {
-		return false, err
+	for {
+		c, err := it.s.pool.get(ctx)
+		if err != nil {
+			return false, err
+		}
+		complete, err := it.firstOn(c, n)
+		if err == nil {
+			return complete, nil
+		}
+		stale := c.stale(err)
+		if it.conn == c {
+			if !stale {
+				return false, err // Next's fail ends the transaction
+			}
+			it.conn = nil
+			it.s.pool.releaseScan()
+		}
+		it.s.pool.put(c) // closes it: it failed
+		if !stale {
+			return false, err
+		}
+		// The connection had died while idle: a read is safe to run
+		// again on a new one.
+		it.arena, it.pairs = it.arena[:0], it.pairs[:0]
+		it.pos, it.posKey = posStart, it.posKey[:0]
 	}
+}
+
+// firstOn reads the first page on c. It returns c to the pool once done
+// with it, unless the scan keeps it (it.conn) or the page failed.
+func (it *iter) firstOn(c *conn, n int) (bool, error) {
 	bound := it.start
 	if it.reverse {
 		bound = it.end
@@ -124,16 +151,15 @@ func (it *iter) first(ctx context.Context, n int) (bool, error) {
 		}
 		complete, err := it.page(c, "", probe, n)
 		if err != nil {
-			it.s.pool.put(c)
 			return false, err
 		}
 		if complete || (last && len(it.pairs) == n) {
 			it.s.pool.put(c)
 			return true, nil
 		}
+		c.reused = false // it answered: later failures are its own
 	}
 	if err := it.s.pool.holdForScan(); err != nil {
-		it.s.pool.put(c)
 		return false, err
 	}
 	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
