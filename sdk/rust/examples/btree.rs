@@ -79,10 +79,17 @@ fn encode_key<'a>(key: &[u8], out: &'a mut Vec<u64>) -> &'a [u64] {
 /// Decodes a key's word form into `out` (cleared first) and returns it.
 fn decode_key<'a>(words: &[u64], out: &'a mut Vec<u8>) -> &'a [u8] {
     out.clear();
+    // Seven bytes of every word, then drop the last word's padding: copies
+    // of a constant size compile to a few stores, where a copy of a
+    // variable size is a call (this runs for every pair a scan returns).
     for w in words {
         let b = w.to_be_bytes();
-        let n = usize::from(b[7]).min(7);
-        out.extend_from_slice(&b[..n]);
+        let seven: &[u8; 7] = b[..7].try_into().unwrap_or(&[0; 7]);
+        out.extend_from_slice(seven);
+    }
+    if let Some(last) = words.last() {
+        let unused = 7 - usize::from(last.to_be_bytes()[7]).min(7);
+        out.truncate(out.len() - unused);
     }
     out
 }
