@@ -93,11 +93,7 @@ type bins struct {
 }
 
 func launch(b bins) (*Server, error) {
-	cred, err := proctest.Credential("mysql")
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: %w", err)
-	}
-	dir, err := proctest.TempDir("engram-mysql-", cred)
+	dir, cred, err := proctest.TempDir("mysql", "engram-mysql-")
 	if err != nil {
 		return nil, fmt.Errorf("mysqltest: %w", err)
 	}

@@ -37,12 +37,7 @@ func TestStartStop(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(s.Dir); !os.IsNotExist(err) {
-		t.Errorf("%s still there after Stop: %v", s.Dir, err)
-	}
-	if _, err := net.DialTimeout("tcp", s.Addr, time.Second); err == nil {
-		t.Errorf("%s still accepts connections after Stop", s.Addr)
-	}
+	proctest.CheckStopped(t, s.Dir, s.Addr)
 }
 
 // TestReaper checks the promise made for servers that are never stopped: a

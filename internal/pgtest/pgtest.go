@@ -87,11 +87,7 @@ func Launch() (*Server, error) {
 }
 
 func launch(bin, version string) (*Server, error) {
-	cred, err := proctest.Credential("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgtest: %w", err)
-	}
-	dir, err := proctest.TempDir("engram-pg-", cred)
+	dir, cred, err := proctest.TempDir("postgres", "engram-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}

@@ -59,22 +59,27 @@ func Credential(name string) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
-// TempDir makes a directory under os.TempDir owned by cred's user (when
-// not nil). os.TempDir, not t.TempDir: the server's user must be able to
-// reach the directory, and t.TempDir's parents are private to the test's
-// user.
-func TempDir(pattern string, cred *syscall.Credential) (string, error) {
+// TempDir makes a directory under os.TempDir for a server that runs as the
+// named system user when the tests run as root, owned by that user, and
+// returns the user's credential (nil when not root). os.TempDir, not
+// t.TempDir: the server's user must be able to reach the directory, and
+// t.TempDir's parents are private to the test's user.
+func TempDir(user, pattern string) (string, *syscall.Credential, error) {
+	cred, err := Credential(user)
+	if err != nil {
+		return "", nil, err
+	}
 	dir, err := os.MkdirTemp("", pattern)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if cred != nil {
 		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			_ = os.RemoveAll(dir)
-			return "", fmt.Errorf("chown %s to the server's user: %w", dir, err)
+			return "", nil, fmt.Errorf("chown %s to the %s user: %w", dir, user, err)
 		}
 	}
-	return dir, nil
+	return dir, cred, nil
 }
 
 // Proc is a running server process whose directory goes away with it.
@@ -259,6 +264,19 @@ func StartFor[S interface{ Stop() error }](t testing.TB, name string, launch fun
 		}
 	})
 	return s
+}
+
+// CheckStopped checks that a stopped server left nothing behind: its
+// directory is gone and its address refuses connections.
+func CheckStopped(t *testing.T, dir, addr string) {
+	t.Helper()
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there after Stop: %v", dir, err)
+	}
+	if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+		_ = c.Close()
+		t.Errorf("%s still accepts connections after Stop", addr)
+	}
 }
 
 // CheckReaped checks the promise Start makes for servers that are never
