@@ -29,6 +29,7 @@ const (
 // encodes the response into a buffer it reuses across calls.
 type dispatcher struct {
 	store    Store
+	op       abi.Op        // the op being dispatched
 	raw      RawDispatcher // store as a RawDispatcher, or nil
 	ready    bool
 	closed   bool
@@ -66,6 +67,7 @@ func newDispatcher(s Store) *dispatcher {
 // until the next call.
 func (d *dispatcher) dispatch(op abi.Op, req []byte) []byte {
 	d.resp = d.resp[:0]
+	d.op = op
 	if d.closed {
 		return d.fail(abi.StatusInvalid, "instance is closed")
 	}
@@ -109,9 +111,27 @@ func (d *dispatcher) badRequest(op abi.Op, err error) []byte {
 	return d.fail(abi.StatusInvalid, fmt.Sprintf("%v: malformed request: %v", op, err))
 }
 
-// failErr maps a Store error to its status.
+// failErr maps a Store error to its status. A status the op may not answer
+// (ErrNotFound outside GET, where the dispatcher answers NOT_FOUND itself,
+// or ErrUncertain outside COMMIT) becomes INTERNAL: sent as is, it would be
+// a protocol violation, and the host discards an instance that commits one.
 func (d *dispatcher) failErr(err error) []byte {
-	return d.fail(statusOf(err), err.Error())
+	st := statusOf(err)
+	if st == abi.StatusNotFound || (st == abi.StatusUncertain && d.op != abi.OpCommit) {
+		return d.fail(abi.StatusInternal, fmt.Sprintf("%v: the store answered %v, which this op cannot: %v", d.op, st, err))
+	}
+	return d.fail(st, err.Error())
+}
+
+// fitResponse turns a response the host would refuse as too long into an
+// INTERNAL error naming the size: a value or conflicting value larger than
+// the host's max_response cannot be sent, and sending it would crash the
+// instance on the host's side.
+func (d *dispatcher) fitResponse(what string, n int) []byte {
+	if len(d.resp) <= d.maxResp {
+		return d.resp
+	}
+	return d.fail(abi.StatusInternal, fmt.Sprintf("%v: %s of %d bytes does not fit in the host's %d-byte response limit", d.op, what, n, d.maxResp))
 }
 
 func statusOf(err error) abi.Status {
@@ -243,7 +263,7 @@ func (d *dispatcher) get(req []byte) []byte {
 		return d.failErr(err)
 	}
 	d.resp = abi.AppendValue(d.resp[:0], v)
-	return d.resp
+	return d.fitResponse("a value", len(v))
 }
 
 func (d *dispatcher) scanOpen(req []byte) []byte {
@@ -480,7 +500,7 @@ func (d *dispatcher) doCommit(req []byte) []byte {
 			cur = nil
 		}
 		d.resp = abi.AppendConflict(d.resp[:0], uint32(ce.Index), ce.Exists, cur)
-		return d.resp
+		return d.fitResponse("the conflicting key's current value", len(cur))
 	}
 	return d.failErr(err)
 }
