@@ -15,7 +15,7 @@ ARGS    ?=
 # packages they drive have race-tested tests of their own).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test soak bench bench-tools bench-quick bench-go lint clean plugins adaptors etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-go bench-plugins lint clean plugins adaptors sdk-examples etcd-tools
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
 # Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
@@ -38,6 +38,23 @@ adaptors:
 		echo "building bin/$$p.wasm"; \
 		(cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o ../bin/$$p.wasm ./$$p) || exit 1; \
 	done
+
+# The C and Rust SDKs' example adaptors (sdk/c: an ordered in-memory store
+# in C; sdk/rust: one on std's BTreeMap), built with Debian's clang for
+# wasm32-wasi and Debian's rustc (/usr/bin/rustc: a rustup toolchain earlier
+# on PATH may lack the wasm32 target) into bin/examples/. Not part of build:
+# `make run` must work on a machine without those toolchains.
+sdk-examples:
+	$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples example
+	$(MAKE) -C sdk/rust OUT=$(CURDIR)/bin/examples example
+
+# Per-call cost of each in-memory plugin (Go, C, Rust) through the host,
+# beside the native memkv: `engram plugin bench`. The database adaptors need
+# a database; the README shows how to bench them against yours.
+bench-plugins: build sdk-examples
+	./$(BIN) plugin bench testplugins/bin/memkv.wasm
+	./$(BIN) plugin bench bin/examples/memkv-c.wasm
+	./$(BIN) plugin bench bin/examples/btree-rust.wasm
 
 build: plugins adaptors
 	$(GO) build -trimpath -ldflags '-X main.version=$(VERSION)' -o $(BIN) ./cmd/engram
@@ -78,18 +95,26 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # partitions and uncertain commits; 20 s of load each, about 90 s in all.
 # It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
-# abi/, sdk/, testplugins/ and adaptors/ are modules of their own (plugins link only
-# them); the SDK is also vetted for wasip1, the target plugins build for.
+# abi/, sdk/, testplugins/ and adaptors/ are modules of their own (plugins
+# link only them); the SDK is also vetted for wasip1, the target plugins
+# build for. The C and Rust SDKs decode and re-encode abi/testdata's golden
+# vectors in their own tests, and their example adaptors must pass the same
+# conformance suite as every engine (`engram plugin verify`).
 # The Kubernetes suite's etcd3 package runs again with Engram on badger (the
-# default engine, on disk), on memkv.wasm, on postgres.wasm over a throwaway
-# PostgreSQL (internal/pgtest; skipped without PostgreSQL unless CI is set),
+# default engine, on disk), on memkv.wasm, on postgres.wasm and mysql.wasm
+# over a throwaway PostgreSQL and MariaDB (internal/pgtest and
+# internal/mysqltest; skipped without them unless CI is set),
 # on the TiKV adaptor over client-go's mock cluster, and on badger stores
 # migrated from a real etcd by core/migrate (tests/k8s/internal/backend/
 # migrated.go; about 30 s).
-test: plugins adaptors etcd-tools
+test: build sdk-examples etcd-tools
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
 	cd sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
+	$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples test
+	$(MAKE) -C sdk/rust OUT=$(CURDIR)/bin/examples test
+	./$(BIN) plugin verify bin/examples/memkv-c.wasm
+	./$(BIN) plugin verify bin/examples/btree-rust.wasm
 	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	$(GO) test -race $(RACE_PKGS)
@@ -167,3 +192,5 @@ lint:
 # Removes build output only; ./data (make run's store) is left alone.
 clean:
 	rm -rf bin testplugins/bin
+	$(MAKE) -C sdk/c clean
+	$(MAKE) -C sdk/rust clean
