@@ -192,12 +192,12 @@ type bound struct {
 
 // pageQuery is one statement of a scan page, in one of two shapes:
 //
-//   - a group query (group != nil): the keys whose head is group, which
-//     share that head, in key order (the server sorts just them);
-//   - a range query: the keys whose head is past group (or all heads, for
-//     group == nil within lo and hi) in primary-key order, which is key
-//     order except inside runs of keys sharing a head (ordered by hash
-//     there; the iterator sorts those runs).
+//   - a group query (groupQuery): the keys whose head is group, in key
+//     order (the server sorts just them, which share that head);
+//   - a range query: the keys whose head is past group in the scan's
+//     direction (every head, when group is nil) in primary-key order,
+//     which is key order except inside runs of keys sharing a head
+//     (ordered by hash there; the iterator sorts those runs).
 //
 // lo and hi bound internal_key; each bound also bounds key_head (a key's
 // head is a prefix of it), which is what the index uses.
