@@ -15,7 +15,7 @@ ARGS    ?=
 # packages they drive have race-tested tests of their own).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test soak bench bench-tools bench-quick bench-go bench-plugins lint clean plugins adaptors sdk-examples etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
 # Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
@@ -43,10 +43,30 @@ adaptors:
 # in C; sdk/rust: one on std's BTreeMap), built with Debian's clang for
 # wasm32-wasi and Debian's rustc (/usr/bin/rustc: a rustup toolchain earlier
 # on PATH may lack the wasm32 target) into bin/examples/. Not part of build:
-# `make run` must work on a machine without those toolchains.
+# `make run` must work on a machine without those toolchains. Where a
+# toolchain is missing the language is skipped with a note, except in CI
+# (CI set), where that is an error: .ci/run installs them.
+RUSTC ?= /usr/bin/rustc
+C_WASM_TOOLS    = command -v clang >/dev/null && command -v wasm-ld >/dev/null && test -d /usr/include/wasm32-wasi && \
+	ls /usr/lib/llvm-*/lib/clang/*/lib/wasi/libclang_rt.builtins-wasm32.a >/dev/null 2>&1
+RUST_WASM_TOOLS = test -x $(RUSTC) && test -d "$$($(RUSTC) --print sysroot)/lib/rustlib/wasm32-wasi"
+# $(call with_tools,CHECK,WHAT,PACKAGES,COMMANDS)
+with_tools = if $(1); then $(4); \
+	elif [ -n "$$CI" ]; then echo "$(2): missing toolchain (apt-get install $(3); .ci/run does)"; exit 1; \
+	else echo "skipping $(2): missing toolchain (apt-get install $(3))"; fi
+C_PACKAGES    = clang lld wasi-libc libclang-rt-dev-wasm32
+RUST_PACKAGES = rustc libstd-rust-dev-wasm32
 sdk-examples:
-	$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples example
-	$(MAKE) -C sdk/rust OUT=$(CURDIR)/bin/examples example
+	@$(call with_tools,$(C_WASM_TOOLS),the C SDK example,$(C_PACKAGES),$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples example)
+	@$(call with_tools,$(RUST_WASM_TOOLS),the Rust SDK example,$(RUST_PACKAGES),$(MAKE) -C sdk/rust RUSTC=$(RUSTC) OUT=$(CURDIR)/bin/examples example)
+
+# The SDKs' own tests (golden vectors, dispatch) and the conformance suite
+# run by `engram plugin verify` on their examples.
+sdk-test: build sdk-examples
+	@$(call with_tools,$(C_WASM_TOOLS),the C SDK tests,$(C_PACKAGES),\
+		$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples test && ./$(BIN) plugin verify bin/examples/memkv-c.wasm)
+	@$(call with_tools,$(RUST_WASM_TOOLS),the Rust SDK tests,$(RUST_PACKAGES),\
+		$(MAKE) -C sdk/rust RUSTC=$(RUSTC) OUT=$(CURDIR)/bin/examples test && ./$(BIN) plugin verify bin/examples/btree-rust.wasm)
 
 # Per-call cost of each in-memory plugin (Go, C, Rust) through the host,
 # beside the native memkv: `engram plugin bench`. The database adaptors need
@@ -107,14 +127,11 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # on the TiKV adaptor over client-go's mock cluster, and on badger stores
 # migrated from a real etcd by core/migrate (tests/k8s/internal/backend/
 # migrated.go; about 30 s).
-test: build sdk-examples etcd-tools
+test: build etcd-tools
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
 	cd sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
-	$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples test
-	$(MAKE) -C sdk/rust OUT=$(CURDIR)/bin/examples test
-	./$(BIN) plugin verify bin/examples/memkv-c.wasm
-	./$(BIN) plugin verify bin/examples/btree-rust.wasm
+	$(MAKE) --no-print-directory sdk-test
 	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	$(GO) test -race $(RACE_PKGS)
@@ -193,4 +210,4 @@ lint:
 clean:
 	rm -rf bin testplugins/bin
 	$(MAKE) -C sdk/c clean
-	$(MAKE) -C sdk/rust clean
+	$(MAKE) -C sdk/rust RUSTC=$(RUSTC) clean
