@@ -27,7 +27,7 @@ func commands() []command {
 	return []command{
 		{name: "serve", summary: "run the server (the default when no command is given)", run: serveMain},
 		{name: "version", summary: "print version information", run: versionMain},
-		{name: "plugin", summary: "inspect a wasm storage plugin (info) or verify it against the adaptor contract (verify)", run: pluginMain},
+		{name: "plugin", summary: "inspect a wasm storage plugin (info), verify it against the adaptor contract (verify), measure its per-call cost (bench)", run: pluginMain},
 		{name: "snapshot", summary: "restore an etcd snapshot into the store (restore), or describe one (status)", run: snapshotMain},
 		{name: "migrate", summary: "move a running etcd (or any etcd v3 endpoint) into the store keeping every revision; verify a migration", run: migrateMain},
 		{name: "bench", summary: "load any etcd v3 endpoint with kube-apiserver-shaped requests", run: benchMain},

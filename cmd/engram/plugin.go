@@ -36,7 +36,7 @@ func pluginMain(args []string, stdout, stderr io.Writer) int {
 	sub, rest := args[0], args[1:]
 	fs := pflag.NewFlagSet("engram plugin "+sub, pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	config := fs.String("config", "", "configuration string passed to the plugin's init; in verify, "+caseToken+" is replaced by a name unique to each case")
+	config := fs.String("config", "", "configuration string passed to the plugin's init; in verify and bench, "+caseToken+" is replaced by a name unique to each case (or run)")
 	allowed := fs.StringSlice("allowed-addresses", nil, "host:port addresses the plugin may connect to")
 	memLimit := fs.Int64("memory-limit", host.DefaultMemoryLimit, "linear memory cap per instance, in bytes")
 	poolSize := fs.Int("pool-size", 2, "instances of a pooled plugin")
@@ -110,8 +110,9 @@ func pluginUsage(w io.Writer) {
                                            beside Engram's native in-memory engine
 
 Flags:
-  --config STRING             configuration passed to the plugin's init; in verify,
-                              {{case}} is replaced by a name unique to each case
+  --config STRING             configuration passed to the plugin's init; in verify and
+                              bench, {{case}} is replaced by a name unique to each case
+                              (verify) or run (bench)
   --allowed-addresses LIST    host:port addresses the plugin may connect to
   --pool-size N               instances of a pooled plugin (default 2)
   --memory-limit BYTES        linear memory cap per instance (default 256 MiB)
