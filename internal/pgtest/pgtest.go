@@ -144,6 +144,28 @@ func (s *Server) waitReady(timeout time.Duration) error {
 	return nil
 }
 
+// Exec runs SQL statements as the superuser through psql, in database db
+// (empty: "postgres"), and returns what they print (unaligned rows, no
+// headers). Tests use it to act on the server behind a plugin's back, such
+// as ending its sessions.
+func (s *Server) Exec(db, sql string) (string, error) {
+	if db == "" {
+		db = "postgres"
+	}
+	psql := filepath.Join(s.bin, "psql")
+	if _, err := os.Stat(psql); err != nil {
+		if psql, err = exec.LookPath("psql"); err != nil {
+			return "", errors.New("pgtest: no psql found")
+		}
+	}
+	out, err := exec.Command(psql, "-X", "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port), "-U", s.User,
+		"-d", db, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("pgtest: %s: %w\n%s", sql, err, out)
+	}
+	return string(out), nil
+}
+
 // Log returns what the server has printed so far.
 func (s *Server) Log() string { return s.proc.Log() }
 

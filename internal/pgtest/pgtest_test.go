@@ -3,6 +3,7 @@ package pgtest
 import (
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ func TestStartStop(t *testing.T) {
 	_ = c.Close()
 	if s.Version == "" {
 		t.Errorf("version unknown")
+	}
+	if out, err := s.Exec("", "SELECT current_database(), current_user"); err != nil || strings.TrimSpace(out) != "postgres|postgres" {
+		t.Errorf("Exec: %q, %v", out, err)
 	}
 	t.Logf("PostgreSQL %s on %s in %s", s.Version, s.Addr, s.Dir)
 	if err := s.Stop(); err != nil {
