@@ -134,7 +134,7 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("ScanConnections", func(t *testing.T) {
-		postgresScanConns(t, openMySQL(t, "pool-size=2", StoreOptions{PoolSize: 1}))
+		sqlScanConns(t, openMySQL(t, "pool-size=2", StoreOptions{PoolSize: 1}))
 	})
 
 	t.Run("Server", func(t *testing.T) {
@@ -143,30 +143,18 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("RefusedConfig", func(t *testing.T) {
-		dsn := my.DSN("")
-		cases := []struct {
-			name, cfg string
-			allowed   []string
-			want      string
-		}{
-			{"no dsn", "table=x", []string{my.Addr}, "dsn="},
-			{"unknown setting", "dsn=" + dsn + " colour=blue", []string{my.Addr}, `unknown setting "colour"`},
-			{"bad dsn", "dsn=root@" + my.Addr, []string{my.Addr}, "dsn:"},
-			{"unix socket", "dsn=root@unix(/tmp/sock)/engram", []string{my.Addr}, "only tcp"},
-			{"no database", "dsn=root@tcp(" + my.Addr + ")/", []string{my.Addr}, "no database"},
-			{"bad table", "dsn=" + dsn + " table=a;drop", []string{my.Addr}, "not a plain SQL identifier"},
-			{"bad pool size", "dsn=" + dsn + " pool-size=1", []string{my.Addr}, "pool-size"},
-			{"no allowed address", "dsn=" + dsn, nil, "allowed-addresses"},
-			{"address not allowed", "dsn=" + dsn, []string{"127.0.0.1:1"}, "allowed-addresses"},
-			{"no such database", "dsn=" + my.DSN("nosuchdb"), []string{my.Addr}, "nosuchdb"},
-			{"no such user", "dsn=nobody@tcp(" + my.Addr + ")/engram", []string{my.Addr}, "nobody"},
-		}
-		for _, c := range cases {
-			_, err := p.Open(context.Background(), StoreOptions{Config: []byte(c.cfg), AllowedAddresses: c.allowed, PoolSize: 1})
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%s: Open = %v, want an error mentioning %q", c.name, err, c.want)
-			}
-		}
+		dsn := "dsn=" + my.DSN("")
+		sqlRefusedConfigs(t, p, my.Addr, []refusedConfig{
+			{"no dsn", "table=x", "dsn="},
+			{"unknown setting", dsn + " colour=blue", `unknown setting "colour"`},
+			{"bad dsn", "dsn=root@" + my.Addr, "dsn:"},
+			{"unix socket", "dsn=root@unix(/tmp/sock)/engram", "only tcp"},
+			{"no database", "dsn=root@tcp(" + my.Addr + ")/", "no database"},
+			{"bad table", dsn + " table=a;drop", "not a plain SQL identifier"},
+			{"bad pool size", dsn + " pool-size=1", "pool-size"},
+			{"no such database", "dsn=" + my.DSN("nosuchdb"), "nosuchdb"},
+			{"no such user", "dsn=nobody@tcp(" + my.Addr + ")/engram", "nobody"},
+		}, dsn)
 	})
 
 	t.Run("NotAnEngramTable", func(t *testing.T) {
@@ -188,53 +176,11 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("IdleConnectionsClosed", func(t *testing.T) {
-		// The server closes connections the plugin keeps idle in its
-		// pool (wait_timeout, a restart; here KILL): the next calls find
-		// out on first use and run again on new connections, so none
-		// fails.
-		s := openMySQL(t, "pool-size=3", StoreOptions{PoolSize: 1})
-		ctx := context.Background()
-		var ops []kv.Op
-		for i := range 30 {
-			ops = append(ops, kv.Put(fmt.Appendf(nil, "idle/%02d", i), []byte("v")))
-		}
-		if err := s.Commit(ctx, ops); err != nil {
-			t.Fatal(err)
-		}
-		// Two connections: a long scan holds one while a Get uses another.
-		it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Get(ctx, []byte("idle/00")); err != nil {
-			t.Fatal(err)
-		}
-		_ = it.Close()
-		for round := range 3 {
-			if _, err := my.Exec("", "KILL CONNECTION USER 'root'@'127.0.0.1'"); err != nil {
-				t.Fatal(err)
-			}
-			var err error
-			switch round {
-			case 0:
-				_, err = s.Get(ctx, []byte("idle/01"))
-			case 1:
-				err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("idle/01"), []byte("v"), []byte("w"))})
-			case 2:
-				var it kv.Iterator
-				if it, err = s.Scan(ctx, kv.ScanOptions{BatchSize: 100}); err == nil {
-					var b []kv.Pair
-					b, err = it.Next(ctx)
-					if err == nil && len(b) != 30 {
-						err = fmt.Errorf("scan: %d pairs", len(b))
-					}
-					_ = it.Close()
-				}
-			}
-			if err != nil {
-				t.Errorf("round %d, after the server closed the idle connections: %v", round, err)
-			}
-		}
+		// KILL ends sessions as wait_timeout or a restart would.
+		sqlIdleConnectionsClosed(t, openMySQL(t, "pool-size=3", StoreOptions{PoolSize: 1}), func() error {
+			_, err := my.Exec("", "KILL CONNECTION USER 'root'@'127.0.0.1'")
+			return err
+		})
 	})
 
 	t.Run("CommitCuts", func(t *testing.T) {
@@ -247,32 +193,8 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("Unavailable", func(t *testing.T) {
-		// A server that goes away: calls fail cleanly (nothing applied,
-		// UNAVAILABLE), never hang, and never claim success.
 		my2 := mysqltest.Start(t)
-		s, err := p.Open(context.Background(), StoreOptions{Config: []byte("dsn=" + my2.DSN("") + " table=gone"),
-			AllowedAddresses: []string{my2.Addr}, PoolSize: 1, CallTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		ctx := context.Background()
-		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
-			t.Fatal(err)
-		}
-		if err := my2.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
-			t.Errorf("Get with the server gone: %v, want UNAVAILABLE", err)
-		}
-		err = s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("w"))})
-		if !errors.Is(err, ErrUnavailable) {
-			t.Errorf("Commit with the server gone: %v, want UNAVAILABLE (a certain failure)", err)
-		}
-		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
-			t.Errorf("Get with the server refusing connections: %v, want UNAVAILABLE", err)
-		}
+		sqlUnavailable(t, p, "dsn="+my2.DSN("")+" table=gone", my2.Addr, my2.Stop)
 	})
 }
 
@@ -540,38 +462,5 @@ func mysqlOppositeOrders(t *testing.T, my *mysqltest.Server, s kv.Store) {
 //
 //	go test -run '^$' -bench BenchmarkMySQL -benchtime 2000x ./host
 func BenchmarkMySQL(b *testing.B) {
-	s := openMySQL(b, "", StoreOptions{PoolSize: 1})
-	ctx := context.Background()
-	rev := []byte("rev/key")
-	if err := s.Commit(ctx, []kv.Op{kv.Put(rev, []byte("0"))}); err != nil {
-		b.Fatal(err)
-	}
-	b.Run("Get", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := s.Get(ctx, rev); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("Commit3", func(b *testing.B) {
-		cur, err := s.Get(ctx, rev)
-		if err != nil {
-			b.Fatal(err)
-		}
-		value := []byte(strings.Repeat("v", 500))
-		for b.Loop() {
-			// New object keys on every run: -count reruns on this store.
-			mysqlEnv.benchSeq++
-			next := []byte(strconv.Itoa(mysqlEnv.benchSeq))
-			ops := []kv.Op{
-				kv.CompareAndSwap(rev, cur, next),
-				kv.PutIfAbsent(fmt.Appendf(nil, "obj/%08d", mysqlEnv.benchSeq), value),
-				kv.Put([]byte("meta/last"), next),
-			}
-			if err := s.Commit(ctx, ops); err != nil {
-				b.Fatal(err)
-			}
-			cur = next
-		}
-	})
+	benchSQLAdaptor(b, openMySQL(b, "", StoreOptions{PoolSize: 1}), &mysqlEnv.benchSeq)
 }

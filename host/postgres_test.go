@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,42 +14,74 @@ import (
 	"github.com/engramkv/engram/core/kv/kvtest"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/pgtest"
+	"github.com/engramkv/engram/internal/proctest"
 )
+
+// postgresEnv is one PostgreSQL and one compiled postgres.wasm for the
+// whole test binary: TestPostgres and BenchmarkPostgres share them, and
+// every store gets a table of its own, so each starts empty.
+var postgresEnv struct {
+	once     sync.Once
+	server   *pgtest.Server
+	plugin   *Plugin
+	err      error
+	tables   int
+	benchSeq int
+}
+
+// postgresSetup returns the shared server and plugin, skipping tb without
+// PostgreSQL unless CI is set. The server is left running when the test
+// binary ends; proctest's reaper stops it and removes its data.
+func postgresSetup(tb testing.TB) (*pgtest.Server, *Plugin) {
+	tb.Helper()
+	postgresEnv.once.Do(func() {
+		if postgresEnv.server, postgresEnv.err = pgtest.Launch(); postgresEnv.err != nil {
+			return
+		}
+		path := pluginPath(tb, "postgres")
+		var cache string
+		if cache, postgresEnv.err = proctest.WasmCacheDir(path); postgresEnv.err != nil {
+			return
+		}
+		postgresEnv.plugin, postgresEnv.err = Load(context.Background(), path, Options{CacheDir: cache, Logger: testLogger(tb)})
+	})
+	proctest.SkipIfMissing(tb, postgresEnv.err, pgtest.ErrNotInstalled)
+	return postgresEnv.server, postgresEnv.plugin
+}
+
+// openPostgres opens a store on a fresh table, closed at cleanup.
+func openPostgres(tb testing.TB, extra string, opts StoreOptions) *Store {
+	tb.Helper()
+	pg, p := postgresSetup(tb)
+	postgresEnv.tables++
+	opts.Config = fmt.Appendf(nil, "url=%s table=t%d %s", pg.URL(""), postgresEnv.tables, extra)
+	opts.AllowedAddresses = []string{pg.Addr}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = 2
+	}
+	s, err := p.Open(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
 
 // TestPostgres runs postgres.wasm against a throwaway PostgreSQL (skipped
 // without PostgreSQL binaries unless CI is set): the conformance suite, the
-// whole server through clientv3, refused configurations, and a latency
-// probe. One server and one compiled plugin serve every subtest; each store
-// gets a table of its own, so each starts empty.
+// whole server through clientv3, refused configurations, connections the
+// server ends while idle, commits cut around COMMIT, and a server that
+// goes away.
 func TestPostgres(t *testing.T) {
-	pg := pgtest.Start(t)
-	path := pluginPath(t, "postgres")
-	cache, err := pgtest.WasmCacheDir(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	p := loadPlugin(t, "postgres", Options{CacheDir: cache})
-	t.Logf("PostgreSQL %s on %s; postgres.wasm loaded in %v", pg.Version, pg.Addr, time.Since(start).Round(time.Millisecond))
-	tables := 0
-	open := func(t *testing.T, extra string) *Store {
-		t.Helper()
-		tables++
-		cfg := fmt.Sprintf("url=%s table=t%d %s", pg.URL(""), tables, extra)
-		s, err := p.Open(context.Background(), StoreOptions{Config: []byte(cfg), AllowedAddresses: []string{pg.Addr}, PoolSize: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
+	pg, p := postgresSetup(t)
+	t.Logf("PostgreSQL %s on %s", pg.Version, pg.Addr)
 
 	t.Run("Conformance", func(t *testing.T) {
-		kvtest.Run(t, func(t *testing.T) kv.Store { return open(t, "") })
+		kvtest.Run(t, func(t *testing.T) kv.Store { return openPostgres(t, "", StoreOptions{}) })
 	})
 
 	t.Run("Manifest", func(t *testing.T) {
-		s := open(t, "pool-size=2")
-		defer s.Close()
+		s := openPostgres(t, "pool-size=2", StoreOptions{})
 		m, f := s.Manifest(), s.Features()
 		if m.Name != "postgres" || m.Model.String() != "pooled" || !f.Durable {
 			t.Errorf("manifest %+v, features %+v", m, f)
@@ -56,42 +89,24 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("ScanConnections", func(t *testing.T) {
-		tables++
-		cfg := fmt.Sprintf("url=%s table=t%d pool-size=2", pg.URL(""), tables)
-		s, err := p.Open(context.Background(), StoreOptions{Config: []byte(cfg), AllowedAddresses: []string{pg.Addr}, PoolSize: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		postgresScanConns(t, s)
+		sqlScanConns(t, openPostgres(t, "pool-size=2", StoreOptions{PoolSize: 1}))
 	})
 
 	t.Run("Server", func(t *testing.T) {
-		st := open(t, "")
-		t.Cleanup(func() { _ = st.Close() })
+		st := openPostgres(t, "", StoreOptions{})
 		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
 	})
 
 	t.Run("RefusedConfig", func(t *testing.T) {
-		cases := []struct {
-			name, cfg string
-			allowed   []string
-			want      string
-		}{
-			{"no url", "table=x", []string{pg.Addr}, "url=postgres://"},
-			{"unknown setting", "url=" + pg.URL("") + " colour=blue", []string{pg.Addr}, `unknown setting "colour"`},
-			{"bad table", "url=" + pg.URL("") + ` table=a;drop`, []string{pg.Addr}, "not a plain SQL identifier"},
-			{"bad pool size", "url=" + pg.URL("") + " pool-size=1", []string{pg.Addr}, "pool-size"},
-			{"no allowed address", "url=" + pg.URL(""), nil, "allowed-addresses"},
-			{"address not allowed", "url=" + pg.URL(""), []string{"127.0.0.1:1"}, "allowed-addresses"},
-			{"no such database", "url=" + pg.URL("nosuchdb"), []string{pg.Addr}, "nosuchdb"},
-		}
-		for _, c := range cases {
-			_, err := p.Open(context.Background(), StoreOptions{Config: []byte(c.cfg), AllowedAddresses: c.allowed, PoolSize: 1})
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%s: Open = %v, want an error mentioning %q", c.name, err, c.want)
-			}
-		}
+		url := "url=" + pg.URL("")
+		sqlRefusedConfigs(t, p, pg.Addr, []refusedConfig{
+			{"no url", "table=x", "url=postgres://"},
+			{"unknown setting", url + " colour=blue", `unknown setting "colour"`},
+			{"bad url", "url=mysql://" + pg.Addr, "url:"},
+			{"bad table", url + ` table=a;drop`, "not a plain SQL identifier"},
+			{"bad pool size", url + " pool-size=1", "pool-size"},
+			{"no such database", "url=" + pg.URL("nosuchdb"), "nosuchdb"},
+		}, url)
 	})
 
 	t.Run("NotAnEngramTable", func(t *testing.T) {
@@ -105,92 +120,185 @@ func TestPostgres(t *testing.T) {
 		}
 	})
 
+	t.Run("IdleConnectionsClosed", func(t *testing.T) {
+		// pg_terminate_backend ends sessions as idle_session_timeout, a
+		// restart or a proxy would.
+		sqlIdleConnectionsClosed(t, openPostgres(t, "pool-size=3", StoreOptions{PoolSize: 1}), func() error {
+			_, err := pg.Exec("", `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+				WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+			return err
+		})
+	})
+
 	t.Run("CommitCuts", func(t *testing.T) {
-		tables++
-		postgresCommitCuts(t, p, pg, fmt.Sprintf("t%d", tables))
+		postgresEnv.tables++
+		postgresCommitCuts(t, p, pg, fmt.Sprintf("t%d", postgresEnv.tables))
 	})
 
 	t.Run("Unavailable", func(t *testing.T) {
-		// A server that goes away: calls fail cleanly (nothing applied,
-		// UNAVAILABLE), never hang, and never claim success.
 		pg2 := pgtest.Start(t)
-		s, err := p.Open(context.Background(), StoreOptions{Config: []byte("url=" + pg2.URL("") + " table=gone"),
-			AllowedAddresses: []string{pg2.Addr}, PoolSize: 1, CallTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
-		ctx := context.Background()
-		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
-			t.Fatal(err)
-		}
-		if err := pg2.Stop(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
-			t.Errorf("Get with the server gone: %v, want UNAVAILABLE", err)
-		}
-		err = s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("w"))})
-		if err == nil || errors.Is(err, kv.ErrUncertain) {
-			t.Errorf("Commit with the server gone: %v, want a certain failure", err)
-		}
-	})
-
-	t.Run("Latency", func(t *testing.T) {
-		s := open(t, "")
-		defer s.Close()
-		get, commit := postgresLatency(t, s, 300)
-		t.Logf("postgres.wasm through the host, PostgreSQL %s on loopback (fsync off), 1 client: Get p50 %v p99 %v; 3-op Commit (CAS+PutIfAbsent+Put) p50 %v p99 %v",
-			pg.Version, get[0], get[1], commit[0], commit[1])
+		sqlUnavailable(t, p, "url="+pg2.URL("")+" table=gone", pg2.Addr, pg2.Stop)
 	})
 }
 
-// postgresLatency measures n sequential Gets and n 3-op commits shaped like
-// Engram's writes (a CAS on the revision key, a new object key, a meta put)
-// and returns their p50 and p99.
-func postgresLatency(t *testing.T, s kv.Store, n int) (get, commit [2]time.Duration) {
+// BenchmarkPostgres measures postgres.wasm through the host against the
+// shared throwaway PostgreSQL on loopback (durability off), one client: a
+// Get, and a commit shaped like Engram's writes (a CAS on the revision
+// key, a new object key, a meta put).
+//
+//	go test -run '^$' -bench BenchmarkPostgres -benchtime 2000x ./host
+func BenchmarkPostgres(b *testing.B) {
+	benchSQLAdaptor(b, openPostgres(b, "", StoreOptions{PoolSize: 1}), &postgresEnv.benchSeq)
+}
+
+// The rest of this file is shared by TestPostgres and TestMySQL: what
+// both SQL adaptors must do alike.
+
+// benchSQLAdaptor runs the Get and Commit3 benchmarks on s; seq numbers
+// the object keys across runs on one store (-count reruns on it).
+func benchSQLAdaptor(b *testing.B, s kv.Store, seq *int) {
 	ctx := context.Background()
 	rev := []byte("rev/key")
 	if err := s.Commit(ctx, []kv.Op{kv.Put(rev, []byte("0"))}); err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
-	gets := make([]time.Duration, 0, n)
-	commits := make([]time.Duration, 0, n)
-	cur := []byte("0")
-	for i := range n + 20 {
-		next := []byte(fmt.Sprint(i + 1))
-		ops := []kv.Op{
-			kv.CompareAndSwap(rev, cur, next),
-			kv.PutIfAbsent([]byte(fmt.Sprintf("obj/key/%08d", i)), []byte(strings.Repeat("v", 500))),
-			kv.Put([]byte("meta/last"), next),
+	b.Run("Get", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Get(ctx, rev); err != nil {
+				b.Fatal(err)
+			}
 		}
-		t0 := time.Now()
-		if err := s.Commit(ctx, ops); err != nil {
-			t.Fatal(err)
+	})
+	b.Run("Commit3", func(b *testing.B) {
+		cur, err := s.Get(ctx, rev)
+		if err != nil {
+			b.Fatal(err)
 		}
-		d := time.Since(t0)
-		cur = next
-		t0 = time.Now()
-		if _, err := s.Get(ctx, rev); err != nil {
-			t.Fatal(err)
+		value := []byte(strings.Repeat("v", 500))
+		for b.Loop() {
+			*seq++
+			next := []byte(strconv.Itoa(*seq))
+			ops := []kv.Op{
+				kv.CompareAndSwap(rev, cur, next),
+				kv.PutIfAbsent(fmt.Appendf(nil, "obj/%08d", *seq), value),
+				kv.Put([]byte("meta/last"), next),
+			}
+			if err := s.Commit(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+			cur = next
 		}
-		if i >= 20 { // the first calls prepare statements
-			commits = append(commits, d)
-			gets = append(gets, time.Since(t0))
-		}
-	}
-	pct := func(ds []time.Duration) [2]time.Duration {
-		slices.Sort(ds)
-		return [2]time.Duration{ds[len(ds)/2].Round(time.Microsecond), ds[len(ds)*99/100].Round(time.Microsecond)}
-	}
-	return pct(gets), pct(commits)
+	})
 }
 
-// postgresScanConns checks how scans share an instance's connections: a
+// refusedConfig is a configuration INIT must refuse, with an error that
+// mentions want.
+type refusedConfig struct {
+	name, cfg, want string
+}
+
+// sqlRefusedConfigs checks cases, whose server is at addr, and the
+// address checks with good, a configuration that works.
+func sqlRefusedConfigs(t *testing.T, p *Plugin, addr string, cases []refusedConfig, good string) {
+	open := func(name, cfg string, allowed []string, want string) {
+		_, err := p.Open(context.Background(), StoreOptions{Config: []byte(cfg), AllowedAddresses: allowed, PoolSize: 1})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: Open = %v, want an error mentioning %q", name, err, want)
+		}
+	}
+	for _, c := range cases {
+		open(c.name, c.cfg, []string{addr}, c.want)
+	}
+	open("no allowed address", good, nil, "allowed-addresses")
+	open("address not allowed", good, []string{"127.0.0.1:1"}, "allowed-addresses")
+}
+
+// sqlIdleConnectionsClosed checks calls on s after kill has ended the
+// connections s keeps idle in its pool: each finds out on first use and
+// runs again on a new connection (nothing was applied, since no COMMIT
+// was sent), so none fails.
+func sqlIdleConnectionsClosed(t *testing.T, s kv.Store, kill func() error) {
+	ctx := context.Background()
+	var ops []kv.Op
+	for i := range 30 {
+		ops = append(ops, kv.Put(fmt.Appendf(nil, "idle/%02d", i), []byte("v")))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	// Two connections: a long scan holds one while a Get uses another.
+	it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, []byte("idle/00")); err != nil {
+		t.Fatal(err)
+	}
+	_ = it.Close()
+	for round := range 3 {
+		if err := kill(); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch round {
+		case 0:
+			_, err = s.Get(ctx, []byte("idle/01"))
+		case 1:
+			err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("idle/01"), []byte("v"), []byte("w"))})
+		case 2:
+			var it kv.Iterator
+			if it, err = s.Scan(ctx, kv.ScanOptions{BatchSize: 100}); err == nil {
+				var b []kv.Pair
+				b, err = it.Next(ctx)
+				if err == nil && len(b) != 30 {
+					err = fmt.Errorf("scan: %d pairs", len(b))
+				}
+				_ = it.Close()
+			}
+		}
+		if err != nil {
+			t.Errorf("round %d, after the server closed the idle connections: %v", round, err)
+		}
+	}
+	if v, err := s.Get(ctx, []byte("idle/01")); err != nil || string(v) != "w" {
+		t.Errorf("after the rounds: %q, %v; want w", v, err)
+	}
+}
+
+// sqlUnavailable checks a server that goes away under a store opened
+// with cfg (at addr) until stop: calls fail cleanly (nothing applied,
+// UNAVAILABLE), never hang, and never claim success.
+func sqlUnavailable(t *testing.T, p *Plugin, cfg, addr string, stop func() error) {
+	s, err := p.Open(context.Background(), StoreOptions{Config: []byte(cfg),
+		AllowedAddresses: []string{addr}, PoolSize: 1, CallTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Get with the server gone: %v, want UNAVAILABLE", err)
+	}
+	err = s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("w"))})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Commit with the server gone: %v, want UNAVAILABLE (a certain failure)", err)
+	}
+	if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("Get with the server refusing connections: %v, want UNAVAILABLE", err)
+	}
+}
+
+// sqlScanConns checks how scans share an instance's connections: a
 // scan longer than one batch holds a connection (its snapshot transaction)
 // until it ends; scans may take all but one, so Get and Commit keep
 // working while a scan that finds none left fails cleanly.
-func postgresScanConns(t *testing.T, s *Store) {
+func sqlScanConns(t *testing.T, s *Store) {
 	ctx := context.Background()
 	var ops []kv.Op
 	for i := range 50 {
@@ -255,8 +363,9 @@ func postgresScanConns(t *testing.T, s *Store) {
 
 // postgresCommitCuts checks the commit error mapping with a connection cut
 // at the two points that matter: before COMMIT is sent (nothing applied: a
-// certain failure, never UNCERTAIN) and right after (UNCERTAIN: the server
-// may have committed).
+// certain failure, never UNCERTAIN; or, on a pooled connection, run again
+// on a new one) and right after (UNCERTAIN: the server may have
+// committed).
 func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string) {
 	ctx := context.Background()
 	px := startCutProxy(t, pg.Addr)
@@ -272,8 +381,11 @@ func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string
 
 	// The pipeline with BEGIN and the writes never reaches the server
 	// (statements are prepared by then, but the new value travels in
-	// every Bind).
-	px.arm("v1-cut-before", false)
+	// every Bind). The pooled connection failing on its first use in a
+	// call looks like one the server closed while idle: the plugin runs
+	// the batch again on a new connection, safely, since no COMMIT was
+	// sent. Cut that one too, and the commit fails, certainly.
+	px.armN("v1-cut-before", false, 2)
 	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-cut-before"))})
 	if err == nil || errors.Is(err, kv.ErrUncertain) {
 		t.Errorf("commit cut before COMMIT: %v, want a certain failure", err)
@@ -281,20 +393,28 @@ func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string
 	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v0" {
 		t.Errorf("after a commit cut before COMMIT: %q, %v; want v0", v, err)
 	}
+	// One cut: the new connection succeeds.
+	px.arm("v1-retried", false)
+	if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-retried"))}); err != nil {
+		t.Errorf("commit cut before COMMIT on a pooled connection: %v, want it run again on a new one", err)
+	}
+	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v1-retried" {
+		t.Errorf("after a commit run again: %q, %v; want v1-retried", v, err)
+	}
 
 	// COMMIT (a simple-protocol query, text on the wire) reaches the
 	// server; its answer never comes back.
 	px.arm("COMMIT\x00", true)
-	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v2"))})
+	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v1-retried"), []byte("v2"))})
 	if !errors.Is(err, kv.ErrUncertain) {
 		t.Errorf("commit cut after COMMIT was sent: %v, want UNCERTAIN", err)
 	}
 	v, err := s.Get(ctx, []byte("k"))
-	if err != nil || (string(v) != "v0" && string(v) != "v2") {
-		t.Errorf("after an uncertain commit: %q, %v; want v0 or v2", v, err)
+	if err != nil || (string(v) != "v1-retried" && string(v) != "v2") {
+		t.Errorf("after an uncertain commit: %q, %v; want v1-retried or v2", v, err)
 	}
 	t.Logf("uncertain commit: value afterwards %q (v2: the server committed)", v)
-	if px.cuts != 2 {
-		t.Errorf("proxy cut %d connections, want 2", px.cuts)
+	if px.cuts != 4 {
+		t.Errorf("proxy cut %d connections, want 4", px.cuts)
 	}
 }

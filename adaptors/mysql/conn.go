@@ -52,22 +52,21 @@ type conn struct {
 	nc   *trackedConn
 	inTx bool // a transaction may be open: the connection needs ROLLBACK or COMMIT
 	bad  bool // an I/O or protocol error: the connection is unusable
-	// reused: the connection was idle in the pool before this call. The
-	// server (wait_timeout), a restart or a proxy may have closed it
-	// meanwhile, which shows only when it is used; see stale.
-	reused bool
 }
 
-// stale reports whether err is c failing as a connection that died while
-// idle: its first statement of the call got no answer, or the answer the
-// server leaves before closing an idle connection (MySQL's 4031 after
-// wait_timeout, MariaDB's 1927 after KILL). The call is run again on a new
-// connection, which is safe because nothing was applied (the caller
-// checks that COMMIT was not sent).
-func (c *conn) stale(err error) bool {
-	if !c.reused || err == nil {
-		return false
-	}
+// Reusable: a connection that is broken or still inside a transaction (an
+// error left it there) is closed instead of pooled.
+func (c *conn) Reusable() bool { return !c.bad && !c.inTx }
+
+// Close sends COM_QUIT on a connection that is still open, and the server
+// rolls back what it held.
+func (c *conn) Close() { _ = c.dc.Close() }
+
+// Stale: a pooled connection that died while idle gets no answer to the
+// call's first statement, or the answer the server leaves before closing
+// an idle connection (MySQL's 4031 after wait_timeout, MariaDB's 1927
+// after KILL).
+func (d *adaptor) Stale(c *conn, err error) bool {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		return me.Number == 4031 || me.Number == 1927
@@ -189,7 +188,7 @@ func (c *conn) failed(err error) error {
 }
 
 // rollback ends a transaction that failed before COMMIT, so the
-// connection can be reused; put discards it if that fails.
+// connection can be reused; the pool discards it if that fails.
 func (c *conn) rollback() {
 	if c.bad || !c.inTx {
 		return
@@ -201,54 +200,13 @@ func (c *conn) rollback() {
 	c.inTx = false
 }
 
-// connPool holds one instance's connections. The instance serves one call
-// at a time, so there is no locking; a connection is either idle, serving
-// the current call, or held by an open scan.
-type connPool struct {
-	connector driver.Connector
-	dialled   *trackedConn // set by the dial function during Connect
-	max       int
-	idle      []*conn
-	open      int
-	scans     int // connections held by open scans
-}
-
-// holdForScan counts a connection the caller got as held by a scan until
-// releaseScan. Scans may hold all connections but one, which stays for
-// Get and Commit: a burst of long scans must fail those scans, not
-// Engram's writes.
-func (p *connPool) holdForScan() error {
-	if p.scans >= p.max-1 {
-		return fmt.Errorf("%w: %d open scans hold all connections of this instance that scans may use (raise pool-size, now %d)", sdk.ErrUnavailable, p.scans, p.max)
-	}
-	p.scans++
-	return nil
-}
-
-func (p *connPool) releaseScan() { p.scans-- }
-
-// get returns an idle connection or opens one. It fails when every
-// connection is held by an open scan: nothing would release one while the
-// instance waits.
-func (p *connPool) get(ctx context.Context) (*conn, error) {
-	if n := len(p.idle); n > 0 {
-		c := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		c.reused = true
-		return c, nil
-	}
-	return p.connect(ctx)
-}
-
-// connect opens a new connection.
-func (p *connPool) connect(ctx context.Context) (*conn, error) {
-	if p.open >= p.max {
-		return nil, fmt.Errorf("%w: all %d connections of this instance are held by open scans (raise pool-size)", sdk.ErrUnavailable, p.max)
-	}
-	p.dialled = nil
-	dc, err := p.connector.Connect(ctx)
-	nc := p.dialled
-	p.dialled = nil
+// connect opens a new connection through connector, whose dial function
+// records the socket it dials in *dialled.
+func connect(ctx context.Context, connector driver.Connector, dialled **trackedConn) (*conn, error) {
+	*dialled = nil
+	dc, err := connector.Connect(ctx)
+	nc := *dialled
+	*dialled = nil
 	if err != nil {
 		if nc != nil && nc.err != nil {
 			err = fmt.Errorf("%w (%w)", err, nc.err)
@@ -265,34 +223,7 @@ func (p *connPool) connect(ctx context.Context) (*conn, error) {
 		_ = dc.Close()
 		return nil, fmt.Errorf("the driver's connection %T cannot run statements directly", dc)
 	}
-	p.open++
 	return c, nil
-}
-
-// put returns a connection. One that is broken or still inside a
-// transaction (an error left it there) is closed instead: reusing it
-// would run the next statement in the wrong transaction.
-func (p *connPool) put(c *conn) {
-	if c.bad || c.inTx {
-		p.discard(c)
-		return
-	}
-	p.idle = append(p.idle, c)
-}
-
-// discard closes a connection the caller holds. Close sends COM_QUIT on a
-// connection that is still open, and the server rolls back what it held.
-func (p *connPool) discard(c *conn) {
-	p.open--
-	_ = c.dc.Close()
-}
-
-func (p *connPool) closeAll() {
-	for _, c := range p.idle {
-		_ = c.dc.Close()
-	}
-	p.idle = nil
-	p.open = 0
 }
 
 // Server error numbers the plugin handles specially.
@@ -301,11 +232,11 @@ const (
 	erLockDeadlock    = 1213
 )
 
-// retryable reports whether err is a transaction the server aborted (a
+// Retryable reports whether err is a transaction the server aborted (a
 // deadlock rolls back the whole transaction; a lock wait timeout the
 // statement, and Commit rolls back the rest) so that running it again may
 // succeed.
-func retryable(err error) bool {
+func (d *adaptor) Retryable(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && (me.Number == erLockDeadlock || me.Number == erLockWaitTimeout)
 }
@@ -357,19 +288,5 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
 }
 
-// nonNil turns a nil slice into an empty one: the contract makes a nil
-// value the empty value.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
-// appendCopy appends b to arena and returns the copy, capped so later
-// appends cannot overwrite it.
-func appendCopy(arena *[]byte, b []byte) []byte {
-	o := len(*arena)
-	*arena = append(*arena, b...)
-	return (*arena)[o:len(*arena):len(*arena)]
-}
+// Classify is classify, for sqlkv.
+func (d *adaptor) Classify(err error) error { return classify(err) }

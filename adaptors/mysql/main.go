@@ -18,7 +18,7 @@
 // names (there is no DNS inside wasm).
 //
 // It talks to the driver's driver.Conn directly, not through database/sql:
-// one call runs at a time, so a pool is a slice (connPool), and
+// one call runs at a time, so a pool is a slice (sqlkv.Pool), and
 // database/sql's opener goroutine and per-query bookkeeping buy nothing.
 // The driver still starts one goroutine per connection to watch contexts;
 // it only wakes for a cancellable context, and statements run under
@@ -45,6 +45,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 	"github.com/engramkv/engram/sdk"
 )
 
@@ -58,11 +59,16 @@ const minPacket = 2*(4<<20+maxKeyLen) + 64<<10
 // store is one instance's state: the configuration and its connections.
 type store struct {
 	cfg  config
-	sql  statements
-	pool *connPool
+	drv  *adaptor
+	pool *sqlkv.Pool[*conn]
 	// pageBytes bounds the bytes of one scan page, so a page of 4 MiB
 	// values cannot exhaust the instance's memory.
 	pageBytes int
+}
+
+// adaptor is the plugin's side of sqlkv's shared logic.
+type adaptor struct {
+	sql statements
 	// maxPacket is the server's max_allowed_packet: a commit's statements
 	// are sent in as few round trips as fit in it.
 	maxPacket int
@@ -98,8 +104,8 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	d.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
 	d.Params["max_sort_length"] = strconv.Itoa(maxKeyLen + 1024)
 	s.cfg = cfg
-	s.sql = statements{table: cfg.quotedTable()}
-	s.pool = &connPool{max: cfg.conns}
+	s.drv = &adaptor{sql: statements{table: cfg.quotedTable()}}
+	var dialled *trackedConn
 	// Connections go through the host's sockets, which check the address
 	// against the operator's allow-list. The dialled socket is kept beside
 	// the driver's connection: the driver reports every I/O failure as
@@ -110,24 +116,26 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 		if err != nil {
 			return nil, err
 		}
-		s.pool.dialled = &trackedConn{Conn: c}
-		return s.pool.dialled, nil
+		dialled = &trackedConn{Conn: c}
+		return dialled, nil
 	}
 	connector, err := mysql.NewConnector(d)
 	if err != nil {
 		return sdk.Manifest{}, fmt.Errorf("%w: dsn: %v", sdk.ErrInvalid, err)
 	}
-	s.pool.connector = connector
+	s.pool = sqlkv.NewPool(cfg.Conns, func(ctx context.Context) (*conn, error) {
+		return connect(ctx, connector, &dialled)
+	})
 	s.pageBytes = min(max(host.MaxResponse/4, 1<<20), 16<<20)
 
-	c, err := s.pool.get(ctx)
+	c, _, err := s.pool.Get(ctx)
 	if err != nil {
 		if errors.Is(err, sdk.ErrAddressNotAllowed) {
 			return sdk.Manifest{}, fmt.Errorf("%w: connecting to %s: %v (storage.wasm.allowed-addresses must list it exactly as in dsn)", sdk.ErrInvalid, d.Addr, err)
 		}
 		return sdk.Manifest{}, fmt.Errorf("connecting to MySQL at %s: %w", d.Addr, classify(err))
 	}
-	defer s.pool.put(c)
+	defer s.pool.Put(c)
 	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
@@ -151,14 +159,14 @@ func (s *store) prepareTable(c *conn) error {
 	if err := checkVersion(string(version)); err != nil {
 		return err
 	}
-	s.maxPacket, _ = strconv.Atoi(string(packet))
-	if s.maxPacket < minPacket {
-		return fmt.Errorf("%w: the server's max_allowed_packet is %d bytes; Engram's 4 MiB values need at least %d (set max_allowed_packet=64M)", sdk.ErrInvalid, s.maxPacket, minPacket)
+	s.drv.maxPacket, _ = strconv.Atoi(string(packet))
+	if s.drv.maxPacket < minPacket {
+		return fmt.Errorf("%w: the server's max_allowed_packet is %d bytes; Engram's 4 MiB values need at least %d (set max_allowed_packet=64M)", sdk.ErrInvalid, s.drv.maxPacket, minPacket)
 	}
 	schemaExpr := "DATABASE()"
-	name := s.cfg.table[len(s.cfg.table)-1]
-	if len(s.cfg.table) == 2 {
-		schemaExpr = "'" + s.cfg.table[0] + "'" // identRE admits no quote
+	name := s.cfg.Table[len(s.cfg.Table)-1]
+	if len(s.cfg.Table) == 2 {
+		schemaExpr = "'" + s.cfg.Table[0] + "'" // identRE admits no quote
 	}
 	where := fmt.Sprintf(`TABLE_SCHEMA = %s AND TABLE_NAME = '%s'`, schemaExpr, name)
 	engine, _, err := c.queryTwo(`SELECT ENGINE, NULL FROM information_schema.TABLES WHERE ` + where)
@@ -168,24 +176,24 @@ func (s *store) prepareTable(c *conn) error {
 		// metadata lock, and the losers get a warning. It is only sent
 		// when the table is missing, so an existing table needs no CREATE
 		// privilege.
-		if err := c.exec(createSQL(s.sql.table, name)); err != nil {
-			return fmt.Errorf("creating table %s: %w", s.sql.table, classify(err))
+		if err := c.exec(createSQL(s.drv.sql.table, name)); err != nil {
+			return fmt.Errorf("creating table %s: %w", s.drv.sql.table, classify(err))
 		}
 		engine, _, err = c.queryTwo(`SELECT ENGINE, NULL FROM information_schema.TABLES WHERE ` + where)
 	}
 	if err != nil {
-		return fmt.Errorf("checking for table %s: %w", s.sql.table, classify(err))
+		return fmt.Errorf("checking for table %s: %w", s.drv.sql.table, classify(err))
 	}
 	notOurs := func(why string) error {
 		return fmt.Errorf("%w: table %s exists but is not an Engram table (%s; want InnoDB with internal_key VARBINARY, value LONGBLOB, key_head VARBINARY, key_tail_hash VARBINARY, PRIMARY KEY (key_head, key_tail_hash))",
-			sdk.ErrInvalid, s.sql.table, why)
+			sdk.ErrInvalid, s.drv.sql.table, why)
 	}
 	if !strings.EqualFold(string(engine), "InnoDB") {
 		return notOurs(fmt.Sprintf("engine %q", engine))
 	}
 	rows, err := c.queryAll(`SELECT COLUMN_NAME, DATA_TYPE FROM information_schema.COLUMNS WHERE ` + where + ` ORDER BY ORDINAL_POSITION`)
 	if err != nil {
-		return fmt.Errorf("reading the columns of %s: %w", s.sql.table, classify(err))
+		return fmt.Errorf("reading the columns of %s: %w", s.drv.sql.table, classify(err))
 	}
 	want := map[string]string{"internal_key": "varbinary", "value": "longblob", "key_head": "varbinary", "key_tail_hash": "varbinary"}
 	got := map[string]string{}
@@ -199,7 +207,7 @@ func (s *store) prepareTable(c *conn) error {
 	}
 	rows, err = c.queryAll(`SELECT COLUMN_NAME, SEQ_IN_INDEX FROM information_schema.STATISTICS WHERE ` + where + ` AND INDEX_NAME = 'PRIMARY' ORDER BY SEQ_IN_INDEX`)
 	if err != nil {
-		return fmt.Errorf("reading the primary key of %s: %w", s.sql.table, classify(err))
+		return fmt.Errorf("reading the primary key of %s: %w", s.drv.sql.table, classify(err))
 	}
 	var pk []string
 	for _, r := range rows {
@@ -235,30 +243,25 @@ func (s *store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if len(key) > maxKeyLen {
 		return nil, sdk.ErrNotFound // no such key can have been stored
 	}
-	s.buf = s.sql.get(s.buf[:0], key)
-	for {
-		c, err := s.pool.get(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("get: %w", classify(err))
-		}
-		v, _, err := c.queryTwo(string(s.buf))
-		s.pool.put(c)
-		if errors.Is(err, errNoRows) {
-			return nil, sdk.ErrNotFound
-		}
-		if c.stale(err) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get: %w", classify(err))
-		}
-		return v, nil
+	s.drv.buf = s.drv.sql.get(s.drv.buf[:0], key)
+	var v []byte
+	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
+		var err error
+		v, _, err = c.queryTwo(string(s.drv.buf))
+		return err
+	})
+	if errors.Is(err, errNoRows) {
+		return nil, sdk.ErrNotFound
 	}
+	if err != nil {
+		return nil, fmt.Errorf("get: %w", classify(err))
+	}
+	return v, nil
 }
 
 func (s *store) Close(context.Context) error {
 	if s.pool != nil {
-		s.pool.closeAll()
+		s.pool.CloseAll()
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 	"github.com/engramkv/engram/sdk"
 )
 
@@ -107,23 +108,23 @@ func (it *iter) Next(ctx context.Context, max int) ([]sdk.Pair, error) {
 // the caller has seen nothing of the first attempt.
 func (it *iter) first(ctx context.Context, n int) (bool, error) {
 	for {
-		c, err := it.s.pool.get(ctx)
+		c, reused, err := it.s.pool.Get(ctx)
 		if err != nil {
 			return false, err
 		}
-		complete, err := it.firstOn(c, n)
+		complete, answered, err := it.firstOn(c, n)
 		if err == nil {
 			return complete, nil
 		}
-		stale := c.stale(err)
+		stale := reused && !answered && it.s.drv.Stale(c, err)
 		if it.conn == c {
 			if !stale {
 				return false, err // Next's fail ends the transaction
 			}
 			it.conn = nil
-			it.s.pool.releaseScan()
+			it.s.pool.ReleaseScan()
 		}
-		it.s.pool.put(c) // closes it: it failed
+		it.s.pool.Put(c) // closes it: it failed
 		if !stale {
 			return false, err
 		}
@@ -135,15 +136,16 @@ func (it *iter) first(ctx context.Context, n int) (bool, error) {
 }
 
 // firstOn reads the first page on c. It returns c to the pool once done
-// with it, unless the scan keeps it (it.conn) or the page failed.
-func (it *iter) firstOn(c *conn, n int) (bool, error) {
+// with it, unless the scan keeps it (it.conn) or the page failed. answered
+// reports that c answered a statement: later failures are its own.
+func (it *iter) firstOn(c *conn, n int) (complete, answered bool, err error) {
 	bound := it.start
 	if it.reverse {
 		bound = it.end
 	}
 	// A bound that may share its head needs two statements (a group
 	// query and a range), which only a transaction makes one snapshot.
-	if !mayShareHead(bound) {
+	if !sqlkv.MayShareHead(bound) {
 		last := it.remaining >= 0 && it.remaining <= n // this page ends the scan whatever follows
 		probe := n + 1
 		if last {
@@ -151,22 +153,23 @@ func (it *iter) firstOn(c *conn, n int) (bool, error) {
 		}
 		complete, err := it.page(c, "", probe, n)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if complete || (last && len(it.pairs) == n) {
-			it.s.pool.put(c)
-			return true, nil
+			it.s.pool.Put(c)
+			return true, true, nil
 		}
-		c.reused = false // it answered: later failures are its own
+		answered = true
 	}
-	if err := it.s.pool.holdForScan(); err != nil {
-		return false, err
+	if err := it.s.pool.HoldForScan(); err != nil {
+		return false, answered, err
 	}
 	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
 	it.pos, it.posKey = posStart, it.posKey[:0]
 	it.conn = c
 	c.inTx = true
-	return it.page(c, beginSnapshot, n, n)
+	complete, err = it.page(c, beginSnapshot, n, n)
+	return complete, answered, err
 }
 
 // plan returns the statements of the next page: a group query for the
@@ -202,10 +205,10 @@ func (it *iter) plan(limit int) (group *pageQuery, rng pageQuery) {
 		lohi(group, bound{})
 		rng.group = it.posKey
 		lohi(&rng, bound{})
-	case edge.key != nil && mayShareHead(edge.key):
-		group = &pageQuery{groupQuery: true, group: keyHead(edge.key), reverse: it.reverse, limit: limit}
+	case edge.key != nil && sqlkv.MayShareHead(edge.key):
+		group = &pageQuery{groupQuery: true, group: sqlkv.KeyHead(edge.key), reverse: it.reverse, limit: limit}
 		lohi(group, edge)
-		rng.group = keyHead(edge.key)
+		rng.group = sqlkv.KeyHead(edge.key)
 		lohi(&rng, bound{})
 	default:
 		lohi(&rng, edge)
@@ -239,18 +242,18 @@ func (it *iter) page(c *conn, pre string, limit, keep int) (bool, error) {
 // call reads that head alone).
 func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again bool, err error) {
 	group, rng := it.plan(limit)
-	buf := append(it.s.buf[:0], pre...)
+	buf := append(it.s.drv.buf[:0], pre...)
 	if group != nil {
 		if len(buf) > 0 {
 			buf = append(buf, ';')
 		}
-		buf = it.s.sql.page(buf, *group)
+		buf = it.s.drv.sql.page(buf, *group)
 	}
 	if len(buf) > 0 {
 		buf = append(buf, ';')
 	}
-	buf = it.s.sql.page(buf, rng)
-	it.s.buf = buf
+	buf = it.s.drv.sql.page(buf, rng)
+	it.s.drv.buf = buf
 	rows, err := c.query(string(buf))
 	if err != nil {
 		return false, false, err
@@ -271,7 +274,7 @@ func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again 
 			}
 			k, _ := dest[0].([]byte)
 			v, _ := dest[1].([]byte)
-			it.pairs = append(it.pairs, sdk.Pair{Key: appendCopy(&it.arena, k), Value: appendCopy(&it.arena, v)})
+			it.pairs = append(it.pairs, sdk.Pair{Key: sqlkv.AppendCopy(&it.arena, k), Value: sqlkv.AppendCopy(&it.arena, v)})
 			count++
 		}
 	}
@@ -301,12 +304,12 @@ func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again 
 	}
 	sortRuns(it.pairs[from:], it.reverse)
 	more := unread || count == limit
-	if more && len(it.pairs) > from && mayShareHead(it.pairs[len(it.pairs)-1].Key) {
+	if more && len(it.pairs) > from && sqlkv.MayShareHead(it.pairs[len(it.pairs)-1].Key) {
 		// The last run may continue past the LIMIT: leave it for the
 		// next page, which starts with its head's group.
-		h := keyHead(it.pairs[len(it.pairs)-1].Key)
+		h := sqlkv.KeyHead(it.pairs[len(it.pairs)-1].Key)
 		j := len(it.pairs)
-		for j > from && bytes.Equal(keyHead(it.pairs[j-1].Key), h) {
+		for j > from && bytes.Equal(sqlkv.KeyHead(it.pairs[j-1].Key), h) {
 			j--
 		}
 		it.pos, it.posKey = posGroup, append(it.posKey[:0], h...)
@@ -337,9 +340,9 @@ func (c *conn) closeRows(rows driver.Rows) error {
 func sortRuns(ps []sdk.Pair, reverse bool) {
 	for i := 0; i < len(ps); {
 		j := i + 1
-		if mayShareHead(ps[i].Key) {
-			h := keyHead(ps[i].Key)
-			for j < len(ps) && bytes.Equal(keyHead(ps[j].Key), h) {
+		if sqlkv.MayShareHead(ps[i].Key) {
+			h := sqlkv.KeyHead(ps[i].Key)
+			for j < len(ps) && bytes.Equal(sqlkv.KeyHead(ps[j].Key), h) {
 				j++
 			}
 			if j-i > 1 {
@@ -364,13 +367,13 @@ func (it *iter) finish() {
 	}
 	c := it.conn
 	it.conn = nil
-	it.s.pool.releaseScan()
+	it.s.pool.ReleaseScan()
 	if !c.bad && c.inTx {
 		if err := c.exec("COMMIT"); err == nil {
 			c.inTx = false
 		}
 	}
-	it.s.pool.put(c)
+	it.s.pool.Put(c)
 }
 
 // fail ends the scan after an error; the connection is closed unless it
@@ -382,9 +385,9 @@ func (it *iter) fail() {
 	}
 	c := it.conn
 	it.conn = nil
-	it.s.pool.releaseScan()
+	it.s.pool.ReleaseScan()
 	c.rollback()
-	it.s.pool.put(c)
+	it.s.pool.Put(c)
 }
 
 func (it *iter) Close() error {

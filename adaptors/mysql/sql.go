@@ -1,15 +1,15 @@
 package main
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"strconv"
+
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 )
 
-// headLen is how many leading key bytes the primary key holds. An InnoDB
-// index entry is limited to 3072 bytes and Engram's keys may be 60000
-// bytes, so the key itself cannot be the primary key; see schema.
-const headLen = 1024
+// headLen is how many leading key bytes the primary key holds (an InnoDB
+// index entry is limited to 3072 bytes); see sqlkv.HeadLen and schema.
+const headLen = sqlkv.HeadLen
 
 // maxKeyLen is internal_key's declared length, the contract's MaxKeySize.
 // Longer keys are refused before any SQL is built: strict mode would
@@ -52,24 +52,6 @@ func createSQL(table, name string) string {
 	return fmt.Sprintf(schema, table, headLen, headLen+1, maxKeyLen, "`"+name+"_key_derivation`")
 }
 
-// keyHead is key_head of key.
-func keyHead(key []byte) []byte { return key[:min(len(key), headLen)] }
-
-// keyTailHash is key_tail_hash of key: empty for keys of headLen bytes or
-// fewer.
-func keyTailHash(key []byte) []byte {
-	if len(key) <= headLen {
-		return nil
-	}
-	h := sha256.Sum256(key[headLen:])
-	return h[:]
-}
-
-// mayShareHead reports whether another key can have key's head: only keys
-// of headLen bytes or more, whose head is not the whole key or is a prefix
-// of longer keys. Shorter keys are their own head, unique.
-func mayShareHead(key []byte) bool { return len(key) >= headLen }
-
 // appendLit appends b as a binary string literal. Statements are sent as
 // text with their values inline (see the package doc for why); the
 // escapes are those of mysql_real_escape_string, valid because every
@@ -108,9 +90,9 @@ func litLen(n int) int { return 2*n + 10 }
 // appendMatch appends the primary-key condition for key.
 func appendMatch(buf, key []byte) []byte {
 	buf = append(buf, "key_head = "...)
-	buf = appendLit(buf, keyHead(key))
+	buf = appendLit(buf, sqlkv.KeyHead(key))
 	buf = append(buf, " AND key_tail_hash = "...)
-	return appendLit(buf, keyTailHash(key))
+	return appendLit(buf, sqlkv.KeyTailHash(key))
 }
 
 // statements builds the SQL of one table.
@@ -135,9 +117,9 @@ func (s statements) insert(buf []byte, verb string, key, value []byte) []byte {
 	buf = append(buf, ", "...)
 	buf = appendLit(buf, value)
 	buf = append(buf, ", "...)
-	buf = appendLit(buf, keyHead(key))
+	buf = appendLit(buf, sqlkv.KeyHead(key))
 	buf = append(buf, ", "...)
-	buf = appendLit(buf, keyTailHash(key))
+	buf = appendLit(buf, sqlkv.KeyTailHash(key))
 	return append(buf, ')')
 }
 
@@ -239,7 +221,7 @@ func (s statements) page(buf []byte, q pageQuery) []byte {
 		if !q.groupQuery {
 			and()
 			buf = append(buf, "key_head >= "...)
-			buf = appendLit(buf, keyHead(q.lo.key))
+			buf = appendLit(buf, sqlkv.KeyHead(q.lo.key))
 		}
 		and()
 		if q.lo.inclusive {
@@ -253,7 +235,7 @@ func (s statements) page(buf []byte, q pageQuery) []byte {
 		if !q.groupQuery {
 			and()
 			buf = append(buf, "key_head <= "...)
-			buf = appendLit(buf, keyHead(q.hi.key))
+			buf = appendLit(buf, sqlkv.KeyHead(q.hi.key))
 		}
 		and()
 		buf = append(buf, "internal_key < "...)

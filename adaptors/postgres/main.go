@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 	"github.com/engramkv/engram/sdk"
 )
 
@@ -42,11 +43,33 @@ const minServerVersion = 120000
 type store struct {
 	cfg   config
 	table string
-	sql   *statements
-	pool  *connPool
+	drv   *adaptor
+	pool  *sqlkv.Pool[*conn]
 	// pageBytes bounds the bytes of one scan page, so a page of 4 MiB
 	// values cannot exhaust the instance's memory.
 	pageBytes int
+}
+
+// adaptor is the plugin's side of sqlkv's shared logic.
+type adaptor struct {
+	sql *statements
+}
+
+// conn is one server connection. Statements run under
+// context.Background(): a deadline inside the guest cannot interrupt a
+// blocked host read anyway (the host applies the call's deadline to the
+// socket), and a cancellable context makes pgx start a watcher goroutine
+// per query.
+type conn struct{ *pgx.Conn }
+
+func (c *conn) Reusable() bool { return !c.IsClosed() && c.PgConn().TxStatus() == 'I' }
+
+// Close sends Terminate on a connection that is open but unusable: it ends
+// cleanly, and the server rolls back what it held.
+func (c *conn) Close() {
+	if !c.IsClosed() {
+		_ = c.Conn.Close(context.Background())
+	}
 }
 
 func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Manifest, error) {
@@ -68,20 +91,26 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	pcfg.DialFunc = sdk.Dial
 	pcfg.LookupFunc = func(_ context.Context, host string) ([]string, error) { return []string{host}, nil }
 	s.cfg = cfg
-	s.table = pgx.Identifier(cfg.table).Sanitize()
-	s.sql = newStatements(s.table)
-	s.pool = &connPool{cfg: pcfg, max: cfg.conns}
+	s.table = pgx.Identifier(cfg.Table).Sanitize()
+	s.drv = &adaptor{sql: newStatements(s.table)}
+	s.pool = sqlkv.NewPool(cfg.Conns, func(ctx context.Context) (*conn, error) {
+		c, err := pgx.ConnectConfig(ctx, pcfg)
+		if err != nil {
+			return nil, err
+		}
+		return &conn{c}, nil
+	})
 	s.pageBytes = min(max(host.MaxResponse/4, 1<<20), 16<<20)
 
-	c, err := s.pool.get(ctx)
+	c, _, err := s.pool.Get(ctx)
 	if err != nil {
 		if errors.Is(err, sdk.ErrAddressNotAllowed) {
 			return sdk.Manifest{}, fmt.Errorf("%w: connecting to %s: %v (storage.wasm.allowed-addresses must list it exactly as in url)", sdk.ErrInvalid, pcfg.Host+":"+strconv.Itoa(int(pcfg.Port)), err)
 		}
 		return sdk.Manifest{}, fmt.Errorf("connecting to PostgreSQL at %s:%d: %w", pcfg.Host, pcfg.Port, classify(err))
 	}
-	defer s.pool.put(c)
-	if err := s.prepareTable(ctx, c); err != nil {
+	defer s.pool.Put(c)
+	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
 	return sdk.Manifest{
@@ -93,9 +122,10 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 }
 
 // prepareTable checks the server version and creates the table if it does
-// not exist, then checks that it has the expected columns.
-func (s *store) prepareTable(ctx context.Context, c *pgx.Conn) error {
-	qctx := queryContext(ctx)
+// not exist, then checks that it has the expected columns. A connection an
+// error leaves inside a transaction is closed by the pool.
+func (s *store) prepareTable(c *conn) error {
+	qctx := context.Background()
 	if v, err := strconv.Atoi(c.PgConn().ParameterStatus("server_version_num")); err == nil && v < minServerVersion {
 		return fmt.Errorf("%w: PostgreSQL %s is too old: the table uses stored generated columns (PostgreSQL 12 or newer)",
 			sdk.ErrInvalid, c.PgConn().ParameterStatus("server_version"))
@@ -113,7 +143,6 @@ func (s *store) prepareTable(ctx context.Context, c *pgx.Conn) error {
 		b.Queue(`BEGIN`)
 		b.Queue(`SELECT pg_advisory_xact_lock(111542359123309)`)
 		if err := c.SendBatch(qctx, b).Close(); err != nil {
-			s.pool.discard(c)
 			return fmt.Errorf("creating table %s: %w", s.table, classify(err))
 		}
 		// The existence check is repeated under the lock (another
@@ -122,17 +151,17 @@ func (s *store) prepareTable(ctx context.Context, c *pgx.Conn) error {
 		// exists.
 		err := c.QueryRow(qctx, `SELECT to_regclass($1) IS NOT NULL`, s.table).Scan(&exists)
 		if err == nil && !exists {
-			_, err = c.Exec(qctx, s.sql.create)
+			_, err = c.Exec(qctx, s.drv.sql.create)
 		}
 		if err != nil {
-			_, _ = simpleExec(qctx, c, `ROLLBACK`)
+			_, _ = simpleExec(c, `ROLLBACK`)
 			return fmt.Errorf("creating table %s: %w", s.table, classify(err))
 		}
-		if _, err := simpleExec(qctx, c, `COMMIT`); err != nil {
+		if _, err := simpleExec(c, `COMMIT`); err != nil {
 			return fmt.Errorf("creating table %s: %w", s.table, classify(err))
 		}
 	}
-	if _, err := c.Exec(qctx, s.sql.probe); err != nil {
+	if _, err := c.Exec(qctx, s.drv.sql.probe); err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "42703" { // undefined_column
 			return fmt.Errorf("%w: table %s exists but is not an Engram table (want columns internal_key, value, key_head, key_tail_hash): %v",
@@ -144,13 +173,10 @@ func (s *store) prepareTable(ctx context.Context, c *pgx.Conn) error {
 }
 
 func (s *store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	c, err := s.pool.get(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("get: %w", classify(err))
-	}
-	defer s.pool.put(c)
 	var v []byte
-	err = c.QueryRow(queryContext(ctx), s.sql.get, key).Scan(&v)
+	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
+		return c.QueryRow(context.Background(), s.drv.sql.get, key).Scan(&v)
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, sdk.ErrNotFound
 	}
@@ -160,94 +186,22 @@ func (s *store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *store) Close(ctx context.Context) error {
+func (s *store) Close(context.Context) error {
 	if s.pool != nil {
-		s.pool.closeAll(ctx)
+		s.pool.CloseAll()
 	}
 	return nil
 }
 
-// queryContext is the context pgx runs queries under: without the
-// request's deadline. A deadline inside the guest cannot interrupt a
-// blocked host read anyway (the host applies it to the socket), and a
-// cancellable context makes pgx start a watcher goroutine per query.
-func queryContext(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
-
-// connPool holds one instance's connections. The instance serves one call
-// at a time, so there is no locking; a connection is either idle, serving
-// the current call, or held by an open scan.
-type connPool struct {
-	cfg   *pgx.ConnConfig
-	max   int
-	idle  []*pgx.Conn
-	open  int
-	scans int // connections held by open scans
-}
-
-// holdForScan counts a connection the caller got as held by a scan until
-// releaseScan. Scans may hold all connections but one, which stays for
-// Get and Commit: a burst of long scans must fail those scans, not
-// Engram's writes.
-func (p *connPool) holdForScan() error {
-	if p.scans >= p.max-1 {
-		return fmt.Errorf("%w: %d open scans hold all connections of this instance that scans may use (raise pool-size, now %d)", sdk.ErrUnavailable, p.scans, p.max)
-	}
-	p.scans++
-	return nil
-}
-
-func (p *connPool) releaseScan() { p.scans-- }
-
-// get returns an idle connection or opens one. It fails when every
-// connection is held by an open scan: nothing would release one while the
-// instance waits.
-func (p *connPool) get(ctx context.Context) (*pgx.Conn, error) {
-	for len(p.idle) > 0 {
-		c := p.idle[len(p.idle)-1]
-		p.idle = p.idle[:len(p.idle)-1]
-		if !c.IsClosed() {
-			return c, nil
-		}
-		p.open--
-	}
-	if p.open >= p.max {
-		return nil, fmt.Errorf("%w: all %d connections of this instance are held by open scans (raise pool-size)", sdk.ErrUnavailable, p.max)
-	}
-	c, err := pgx.ConnectConfig(ctx, p.cfg)
-	if err != nil {
-		return nil, err
-	}
-	p.open++
-	return c, nil
-}
-
-// put returns a connection. One that is broken or still inside a
-// transaction (an error left it there) is closed instead: reusing it
-// would run the next statement in the wrong transaction.
-func (p *connPool) put(c *pgx.Conn) {
-	if c.IsClosed() || c.PgConn().TxStatus() != 'I' {
-		p.discard(c)
-		return
-	}
-	p.idle = append(p.idle, c)
-}
-
-// discard closes a connection the caller holds.
-func (p *connPool) discard(c *pgx.Conn) {
-	p.open--
-	if !c.IsClosed() {
-		// Close sends Terminate: a connection that is open but unusable
-		// ends cleanly, and the server rolls back what it held.
-		_ = c.Close(context.Background())
-	}
-}
-
-func (p *connPool) closeAll(ctx context.Context) {
-	for _, c := range p.idle {
-		_ = c.Close(queryContext(ctx))
-	}
-	p.idle = nil
-	p.open = 0
+// Stale: PostgreSQL ends a session it terminates while idle
+// (idle_session_timeout, pg_terminate_backend, a shutdown) with a FATAL
+// error that pgx reads as the answer to the next statement, and a
+// connection that a restart or a proxy dropped fails on its first read or
+// write; either way pgx has closed the connection. A timeout is the call's
+// own, not the connection's.
+func (d *adaptor) Stale(c *conn, err error) bool {
+	var ne net.Error
+	return c.IsClosed() && !pgconn.Timeout(err) && !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // SQLSTATEs the plugin handles specially.
@@ -257,9 +211,9 @@ const (
 	codeQueryCanceled = "57014"
 )
 
-// retryable reports whether err is a transaction the server aborted so that
+// Retryable reports whether err is a transaction the server aborted so that
 // running it again may succeed.
-func retryable(err error) bool {
+func (d *adaptor) Retryable(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && (pe.Code == codeSerialization || pe.Code == codeDeadlock)
 }
@@ -288,6 +242,7 @@ func classify(err error) error {
 		case pe.Code == codeSerialization, pe.Code == codeDeadlock,
 			pe.Code == "53300",                                         // too_many_connections
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutting down, crashed, starting up
+			pe.Code == "57P05",                       // idle session timeout
 			len(pe.Code) == 5 && pe.Code[:2] == "08": // connection exceptions
 			return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
 		}
@@ -305,12 +260,15 @@ func classify(err error) error {
 	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
 }
 
+// Classify is classify, for sqlkv.
+func (d *adaptor) Classify(err error) error { return classify(err) }
+
 // simpleExec runs a transaction-control statement with the simple query
 // protocol: one round trip, never a prepared statement (pgx would prepare
 // it on first use per connection, a round trip more), and the statement
 // text on the wire every time.
-func simpleExec(ctx context.Context, c *pgx.Conn, sql string) (pgconn.CommandTag, error) {
-	res, err := c.PgConn().Exec(ctx, sql).ReadAll()
+func simpleExec(c *conn, sql string) (pgconn.CommandTag, error) {
+	res, err := c.PgConn().Exec(context.Background(), sql).ReadAll()
 	if err != nil {
 		return pgconn.CommandTag{}, err
 	}
@@ -318,21 +276,4 @@ func simpleExec(ctx context.Context, c *pgx.Conn, sql string) (pgconn.CommandTag
 		return pgconn.CommandTag{}, fmt.Errorf("%s: %d results", sql, len(res))
 	}
 	return res[0].CommandTag, res[0].Err
-}
-
-// nonNil turns a nil slice into an empty one: pgx sends nil as NULL, and
-// the contract makes a nil value the empty value.
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
-// appendCopy appends b to arena and returns the copy, capped so later
-// appends cannot overwrite it.
-func appendCopy(arena *[]byte, b []byte) []byte {
-	o := len(*arena)
-	*arena = append(*arena, b...)
-	return (*arena)[o:len(*arena):len(*arena)]
 }

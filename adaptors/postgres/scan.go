@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 	"github.com/engramkv/engram/sdk"
 )
 
@@ -32,8 +33,8 @@ type iter struct {
 	reverse    bool
 	remaining  int // pairs the scan may still yield; -1: no limit
 
-	conn    *pgx.Conn // holds the snapshot transaction, once needed
-	last    []byte    // last key returned
+	conn    *conn  // holds the snapshot transaction, once needed
+	last    []byte // last key returned
 	started bool
 	done    bool
 
@@ -54,13 +55,12 @@ func (it *iter) Next(ctx context.Context, max int) ([]sdk.Pair, error) {
 		return nil, nil
 	}
 	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-	qctx := queryContext(ctx)
 	var complete bool
 	var err error
 	if !it.started {
-		complete, err = it.first(ctx, qctx, n)
+		complete, err = it.first(ctx, n)
 	} else {
-		complete, err = it.page(qctx, it.conn, nil, n, n)
+		complete, err = it.page(it.conn, nil, n, n)
 	}
 	if err != nil {
 		it.fail()
@@ -83,33 +83,41 @@ func (it *iter) Next(ctx context.Context, max int) ([]sdk.Pair, error) {
 // for one row more than the page: if that row is not there, the scan is
 // complete and needed no transaction. Otherwise the page is read again
 // inside the snapshot transaction that the rest of the scan continues in;
-// the caller has seen nothing of the first attempt.
-func (it *iter) first(ctx, qctx context.Context, n int) (bool, error) {
-	c, err := it.s.pool.get(ctx)
-	if err != nil {
-		return false, err
-	}
+// the caller has seen nothing of the first attempt. A pooled connection
+// that had died while idle fails the single statement, which is then run
+// again on a new one.
+func (it *iter) first(ctx context.Context, n int) (bool, error) {
 	last := it.remaining >= 0 && it.remaining <= n // this page ends the scan whatever follows
 	probe := n + 1
 	if last {
 		probe = n
 	}
-	complete, err := it.page(qctx, c, nil, probe, n)
-	if err != nil {
-		it.s.pool.put(c)
-		return false, err
+	for {
+		c, reused, err := it.s.pool.Get(ctx)
+		if err != nil {
+			return false, err
+		}
+		complete, err := it.page(c, nil, probe, n)
+		if err != nil {
+			it.s.pool.Put(c)
+			if reused && it.s.drv.Stale(c, err) {
+				it.arena, it.pairs = it.arena[:0], it.pairs[:0]
+				continue
+			}
+			return false, err
+		}
+		if complete || (last && len(it.pairs) == n) {
+			it.s.pool.Put(c)
+			return true, nil
+		}
+		if err := it.s.pool.HoldForScan(); err != nil {
+			it.s.pool.Put(c)
+			return false, err
+		}
+		it.arena, it.pairs = it.arena[:0], it.pairs[:0]
+		it.conn = c
+		return it.page(c, []string{`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`}, n, n)
 	}
-	if complete || (last && len(it.pairs) == n) {
-		it.s.pool.put(c)
-		return true, nil
-	}
-	if err := it.s.pool.holdForScan(); err != nil {
-		it.s.pool.put(c)
-		return false, err
-	}
-	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-	it.conn = c
-	return it.page(qctx, c, []string{`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`}, n, n)
 }
 
 // page asks for up to limit rows after it.last (or from the scan's start)
@@ -117,7 +125,7 @@ func (it *iter) first(ctx, qctx context.Context, n int) (bool, error) {
 // keeps up to keep of them (a probe asks for one more than it keeps). It
 // stops early once the batch holds pageBytes. It reports whether the scan
 // is complete: fewer than limit rows came back, none left unread.
-func (it *iter) page(qctx context.Context, c *pgx.Conn, pre []string, limit, keep int) (bool, error) {
+func (it *iter) page(c *conn, pre []string, limit, keep int) (bool, error) {
 	lower := lowerNone
 	upper := len(it.end) > 0
 	var args []any
@@ -154,14 +162,14 @@ func (it *iter) page(qctx context.Context, c *pgx.Conn, pre []string, limit, kee
 		up = 1
 	}
 	args = append(args, limit)
-	sql := it.s.sql.pages[rev][lower][up]
+	sql := it.s.drv.sql.pages[rev][lower][up]
 
 	b := &pgx.Batch{}
 	for _, p := range pre {
 		b.Queue(p)
 	}
 	b.Queue(sql, args...)
-	br := c.SendBatch(qctx, b)
+	br := c.SendBatch(context.Background(), b)
 	defer br.Close()
 	for range pre {
 		if _, err := br.Exec(); err != nil {
@@ -186,7 +194,7 @@ func (it *iter) page(qctx context.Context, c *pgx.Conn, pre []string, limit, kee
 			break
 		}
 		raw := rows.RawValues()
-		it.pairs = append(it.pairs, sdk.Pair{Key: appendCopy(&it.arena, raw[0]), Value: appendCopy(&it.arena, raw[1])})
+		it.pairs = append(it.pairs, sdk.Pair{Key: sqlkv.AppendCopy(&it.arena, raw[0]), Value: sqlkv.AppendCopy(&it.arena, raw[1])})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -204,11 +212,11 @@ func (it *iter) finish() {
 	}
 	c := it.conn
 	it.conn = nil
-	it.s.pool.releaseScan()
+	it.s.pool.ReleaseScan()
 	if !c.IsClosed() && c.PgConn().TxStatus() != 'I' {
-		_, _ = simpleExec(context.Background(), c, `COMMIT`)
+		_, _ = simpleExec(c, `COMMIT`)
 	}
-	it.s.pool.put(c)
+	it.s.pool.Put(c)
 }
 
 // fail ends the scan after an error; the connection is closed unless it is
@@ -220,11 +228,11 @@ func (it *iter) fail() {
 	}
 	c := it.conn
 	it.conn = nil
-	it.s.pool.releaseScan()
+	it.s.pool.ReleaseScan()
 	if !c.IsClosed() && c.PgConn().TxStatus() == 'E' {
-		_, _ = simpleExec(context.Background(), c, `ROLLBACK`)
+		_, _ = simpleExec(c, `ROLLBACK`)
 	}
-	it.s.pool.put(c)
+	it.s.pool.Put(c)
 }
 
 func (it *iter) Close() error {

@@ -3,12 +3,13 @@ package main
 import (
 	"fmt"
 	"strings"
+
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 )
 
-// headLen is how many leading key bytes the ordering index holds. A btree
-// entry is limited to about 2.7 KB, and Engram's keys may be 60000 bytes,
-// so the key itself cannot be the primary key; see schema.
-const headLen = 1024
+// headLen is how many leading key bytes the ordering index holds; see
+// sqlkv.HeadLen and schema.
+const headLen = sqlkv.HeadLen
 
 // schema creates the table. Every key is stored whole in internal_key, as
 // KubeBrain's SQL mapping lays it out; the primary key is over two columns PostgreSQL
