@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql/driver"
-	"fmt"
 	"io"
 	"slices"
 
@@ -18,16 +17,11 @@ import (
 // transaction id.
 const beginSnapshot = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ;START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"
 
-// Scan returns an iterator that reads nothing yet: the SDK asks for the
-// first batch within the same SCAN_OPEN call (ABI.md: SCAN_OPEN returns the
-// first batch), so the snapshot taken by the first page is taken before the
-// host's Scan returns, as the contract requires.
+// Scan reads keyset pages in primary-key order; see sqlkv.Iterator and
+// pager.
 func (s *store) Scan(_ context.Context, opts sdk.ScanOptions) (sdk.Iterator, error) {
-	it := &iter{s: s, start: bytes.Clone(opts.Start), end: bytes.Clone(opts.End), reverse: opts.Reverse, remaining: -1}
-	if opts.Limit > 0 {
-		it.remaining = opts.Limit
-	}
-	return it, nil
+	p := &pager{drv: s.drv, start: bytes.Clone(opts.Start), end: bytes.Clone(opts.End), reverse: opts.Reverse}
+	return sqlkv.NewIterator(s.pool, s.drv, p, opts.Limit, s.pageBytes), nil
 }
 
 // Where the next page starts.
@@ -39,174 +33,83 @@ const (
 	posGroup                // at the first key, in scan order, of the keys whose head is pos.key
 )
 
-// iter is one scan. A scan that fits in its first page is a single SELECT
-// (one statement is a snapshot by itself). A longer one holds a connection
-// with a REPEATABLE READ READ ONLY transaction open until it ends, and
-// reads keyset pages in it.
+// pager reads one scan's pages.
 //
 // Pages come in primary-key order, which is key order except inside a
 // run of keys that share their first headLen bytes (ordered by the hash of
-// their tails there). The iterator sorts each run it reads whole; a run
-// that a page's LIMIT may have cut is left for the next page, which reads
-// that head's keys alone, sorted by the server (a group query), and then
-// the heads after it. Such runs need keys over 1 KiB with a common 1 KiB
+// their tails there). The pager sorts each run it reads whole; a run that
+// a page's LIMIT may have cut is left for the next page, which reads that
+// head's keys alone, sorted by the server (a group query), and then the
+// heads after it. Such runs need keys over 1 KiB with a common 1 KiB
 // prefix: rare, but they must come out in order.
-type iter struct {
-	s          *store
+type pager struct {
+	drv        *adaptor
 	start, end []byte
 	reverse    bool
-	remaining  int // pairs the scan may still yield; -1: no limit
-
-	conn    *conn // holds the snapshot transaction, once needed
-	pos     posKind
-	posKey  []byte
-	started bool
-	done    bool
-
-	arena []byte // the current batch's bytes, reused across batches
-	pairs []sdk.Pair
+	pos        posKind
+	posKey     []byte
 }
 
-func (it *iter) Next(ctx context.Context, max int) ([]sdk.Pair, error) {
-	if it.done {
-		return nil, nil
+// Probe: a bound that may share its head needs two statements (a group
+// query and a range), which only a transaction makes one snapshot.
+func (p *pager) Probe() bool {
+	if p.reverse {
+		return !sqlkv.MayShareHead(p.end)
 	}
-	n := max
-	if it.remaining >= 0 {
-		n = min(n, it.remaining)
-	}
-	if n <= 0 {
-		it.finish()
-		return nil, nil
-	}
-	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-	var complete bool
-	var err error
-	if !it.started {
-		complete, err = it.first(ctx, n)
-	} else {
-		complete, err = it.page(it.conn, "", n, n)
-	}
-	if err != nil {
-		it.fail()
-		return nil, fmt.Errorf("scan: %w", classify(err))
-	}
-	it.started = true
-	if it.remaining >= 0 {
-		it.remaining -= len(it.pairs)
-	}
-	if complete || it.remaining == 0 {
-		it.finish()
-	}
-	return it.pairs, nil
+	return !sqlkv.MayShareHead(p.start)
 }
 
-// first reads the first page. It tries a single statement first, asking
-// for one row more than the page: if that row is not there, the scan is
-// complete and needed no transaction. Otherwise the page is read again
-// inside the snapshot transaction that the rest of the scan continues in;
-// the caller has seen nothing of the first attempt.
-func (it *iter) first(ctx context.Context, n int) (bool, error) {
-	for {
-		c, reused, err := it.s.pool.Get(ctx)
-		if err != nil {
-			return false, err
-		}
-		complete, answered, err := it.firstOn(c, n)
-		if err == nil {
-			return complete, nil
-		}
-		stale := reused && !answered && it.s.drv.Stale(c, err)
-		if it.conn == c {
-			if !stale {
-				return false, err // Next's fail ends the transaction
-			}
-			it.conn = nil
-			it.s.pool.ReleaseScan()
-		}
-		it.s.pool.Put(c) // closes it: it failed
-		if !stale {
-			return false, err
-		}
-		// The connection had died while idle: a read is safe to run
-		// again on a new one.
-		it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-		it.pos, it.posKey = posStart, it.posKey[:0]
-	}
-}
+func (p *pager) Rewind() { p.pos, p.posKey = posStart, p.posKey[:0] }
 
-// firstOn reads the first page on c. It returns c to the pool once done
-// with it, unless the scan keeps it (it.conn) or the page failed. answered
-// reports that c answered a statement: later failures are its own.
-func (it *iter) firstOn(c *conn, n int) (complete, answered bool, err error) {
-	bound := it.start
-	if it.reverse {
-		bound = it.end
+// End commits the read-only transaction, or rolls it back after an error;
+// the pool closes a connection that fails either.
+func (p *pager) End(c *conn, failed bool) {
+	if failed {
+		c.rollback()
+		return
 	}
-	// A bound that may share its head needs two statements (a group
-	// query and a range), which only a transaction makes one snapshot.
-	if !sqlkv.MayShareHead(bound) {
-		last := it.remaining >= 0 && it.remaining <= n // this page ends the scan whatever follows
-		probe := n + 1
-		if last {
-			probe = n
+	if !c.bad && c.inTx {
+		if err := c.exec("COMMIT"); err == nil {
+			c.inTx = false
 		}
-		complete, err := it.page(c, "", probe, n)
-		if err != nil {
-			return false, false, err
-		}
-		if complete || (last && len(it.pairs) == n) {
-			it.s.pool.Put(c)
-			return true, true, nil
-		}
-		answered = true
 	}
-	if err := it.s.pool.HoldForScan(); err != nil {
-		return false, answered, err
-	}
-	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-	it.pos, it.posKey = posStart, it.posKey[:0]
-	it.conn = c
-	c.inTx = true
-	complete, err = it.page(c, beginSnapshot, n, n)
-	return complete, answered, err
 }
 
 // plan returns the statements of the next page: a group query for the
 // head the page starts in, if keys may share it, and the range after it.
-func (it *iter) plan(limit int) (group *pageQuery, rng pageQuery) {
+func (p *pager) plan(limit int) (group *pageQuery, rng pageQuery) {
 	var edge bound // the bound the page starts from
 	switch {
-	case it.pos == posAfter:
-		edge = bound{key: it.posKey}
-	case it.reverse && len(it.end) > 0:
-		edge = bound{key: it.end}
-	case !it.reverse && len(it.start) > 0:
-		edge = bound{key: it.start, inclusive: true}
+	case p.pos == posAfter:
+		edge = bound{key: p.posKey}
+	case p.reverse && len(p.end) > 0:
+		edge = bound{key: p.end}
+	case !p.reverse && len(p.start) > 0:
+		edge = bound{key: p.start, inclusive: true}
 	}
 	var far bound // the scan's other bound
 	switch {
-	case it.reverse && len(it.start) > 0:
-		far = bound{key: it.start, inclusive: true}
-	case !it.reverse && len(it.end) > 0:
-		far = bound{key: it.end}
+	case p.reverse && len(p.start) > 0:
+		far = bound{key: p.start, inclusive: true}
+	case !p.reverse && len(p.end) > 0:
+		far = bound{key: p.end}
 	}
 	lohi := func(q *pageQuery, e bound) {
-		if it.reverse {
+		if p.reverse {
 			q.lo, q.hi = far, e
 		} else {
 			q.lo, q.hi = e, far
 		}
 	}
-	rng = pageQuery{reverse: it.reverse, limit: limit}
+	rng = pageQuery{reverse: p.reverse, limit: limit}
 	switch {
-	case it.pos == posGroup:
-		group = &pageQuery{groupQuery: true, group: it.posKey, reverse: it.reverse, limit: limit}
+	case p.pos == posGroup:
+		group = &pageQuery{groupQuery: true, group: p.posKey, reverse: p.reverse, limit: limit}
 		lohi(group, bound{})
-		rng.group = it.posKey
+		rng.group = p.posKey
 		lohi(&rng, bound{})
 	case edge.key != nil && sqlkv.MayShareHead(edge.key):
-		group = &pageQuery{groupQuery: true, group: sqlkv.KeyHead(edge.key), reverse: it.reverse, limit: limit}
+		group = &pageQuery{groupQuery: true, group: sqlkv.KeyHead(edge.key), reverse: p.reverse, limit: limit}
 		lohi(group, edge)
 		rng.group = sqlkv.KeyHead(edge.key)
 		lohi(&rng, bound{})
@@ -216,22 +119,23 @@ func (it *iter) plan(limit int) (group *pageQuery, rng pageQuery) {
 	return group, rng
 }
 
-// page asks for up to limit rows from the page's position on c, running
-// the statements in pre first in the same round trip, and keeps up to keep
-// of them (a probe asks for one more than it keeps). It stops early once
-// the batch holds pageBytes. It reports whether the scan is complete:
-// nothing is left unread.
-func (it *iter) page(c *conn, pre string, limit, keep int) (bool, error) {
+// Page reads from the page's position; see sqlkv.Pager.
+func (p *pager) Page(c *conn, b *sqlkv.Batch, tx sqlkv.Tx, limit, keep int) (bool, error) {
+	pre := ""
+	if tx == sqlkv.BeginTx {
+		pre = beginSnapshot
+		c.inTx = true
+	}
 	for {
-		complete, again, err := it.pageOnce(c, pre, limit, keep)
+		complete, again, err := p.pageOnce(c, b, pre, limit, keep)
 		if err != nil || !again {
 			return complete, err
 		}
 		pre = ""
-		if it.conn == nil {
+		if tx == sqlkv.NoTx {
 			// Outside the snapshot transaction a second statement would
 			// read another snapshot: report the page incomplete, and
-			// first reads it again inside one.
+			// sqlkv.Iterator reads it again inside one.
 			return false, nil
 		}
 	}
@@ -240,20 +144,20 @@ func (it *iter) page(c *conn, pre string, limit, keep int) (bool, error) {
 // pageOnce reads one page; again is true when it yielded nothing because
 // the page's rows were all one head's run that may continue (the next
 // call reads that head alone).
-func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again bool, err error) {
-	group, rng := it.plan(limit)
-	buf := append(it.s.drv.buf[:0], pre...)
+func (p *pager) pageOnce(c *conn, b *sqlkv.Batch, pre string, limit, keep int) (complete, again bool, err error) {
+	group, rng := p.plan(limit)
+	buf := append(p.drv.buf[:0], pre...)
 	if group != nil {
 		if len(buf) > 0 {
 			buf = append(buf, ';')
 		}
-		buf = it.s.drv.sql.page(buf, *group)
+		buf = p.drv.sql.page(buf, *group)
 	}
 	if len(buf) > 0 {
 		buf = append(buf, ';')
 	}
-	buf = it.s.drv.sql.page(buf, rng)
-	it.s.drv.buf = buf
+	buf = p.drv.sql.page(buf, rng)
+	p.drv.buf = buf
 	rows, err := c.query(string(buf))
 	if err != nil {
 		return false, false, err
@@ -262,7 +166,7 @@ func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again 
 	dest := make([]driver.Value, 2)
 	read := func() (count int, unread bool, err error) {
 		for {
-			if len(it.pairs) >= keep || (len(it.pairs) > 0 && len(it.arena) >= it.s.pageBytes) {
+			if b.Full(keep) {
 				// A probe's extra row, or the byte budget reached: stop;
 				// Close drains what the server still sends.
 				return count, true, nil
@@ -274,7 +178,7 @@ func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again 
 			}
 			k, _ := dest[0].([]byte)
 			v, _ := dest[1].([]byte)
-			it.pairs = append(it.pairs, sdk.Pair{Key: sqlkv.AppendCopy(&it.arena, k), Value: sqlkv.AppendCopy(&it.arena, v)})
+			b.Add(k, v)
 			count++
 		}
 	}
@@ -287,14 +191,14 @@ func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again 
 			// The group may go on: the next page continues after its
 			// last key (a group query again, since that key may share
 			// its head).
-			it.after()
+			p.after(b)
 			return false, false, c.closeRows(rows)
 		}
 		if err := rows.(driver.RowsNextResultSet).NextResultSet(); err != nil {
 			return false, false, c.failed(err)
 		}
 	}
-	from := len(it.pairs)
+	from := len(b.Pairs)
 	count, unread, err := read()
 	if err != nil {
 		return false, false, err
@@ -302,28 +206,28 @@ func (it *iter) pageOnce(c *conn, pre string, limit, keep int) (complete, again 
 	if err := c.closeRows(rows); err != nil {
 		return false, false, err
 	}
-	sortRuns(it.pairs[from:], it.reverse)
+	sortRuns(b.Pairs[from:], p.reverse)
 	more := unread || count == limit
-	if more && len(it.pairs) > from && sqlkv.MayShareHead(it.pairs[len(it.pairs)-1].Key) {
+	if more && len(b.Pairs) > from && sqlkv.MayShareHead(b.Pairs[len(b.Pairs)-1].Key) {
 		// The last run may continue past the LIMIT: leave it for the
 		// next page, which starts with its head's group.
-		h := sqlkv.KeyHead(it.pairs[len(it.pairs)-1].Key)
-		j := len(it.pairs)
-		for j > from && bytes.Equal(sqlkv.KeyHead(it.pairs[j-1].Key), h) {
+		h := sqlkv.KeyHead(b.Pairs[len(b.Pairs)-1].Key)
+		j := len(b.Pairs)
+		for j > from && bytes.Equal(sqlkv.KeyHead(b.Pairs[j-1].Key), h) {
 			j--
 		}
-		it.pos, it.posKey = posGroup, append(it.posKey[:0], h...)
-		it.pairs = it.pairs[:j]
-		return false, len(it.pairs) == 0, nil
+		p.pos, p.posKey = posGroup, append(p.posKey[:0], h...)
+		b.Truncate(j)
+		return false, len(b.Pairs) == 0, nil
 	}
-	it.after()
+	p.after(b)
 	return !more, false, nil
 }
 
 // after moves the position past the last pair of the page, if any.
-func (it *iter) after() {
-	if len(it.pairs) > 0 {
-		it.pos, it.posKey = posAfter, append(it.posKey[:0], it.pairs[len(it.pairs)-1].Key...)
+func (p *pager) after(b *sqlkv.Batch) {
+	if len(b.Pairs) > 0 {
+		p.pos, p.posKey = posAfter, append(p.posKey[:0], b.Pairs[len(b.Pairs)-1].Key...)
 	}
 }
 
@@ -356,41 +260,4 @@ func sortRuns(ps []sdk.Pair, reverse bool) {
 		}
 		i = j
 	}
-}
-
-// finish ends the scan: commits the read-only transaction (which releases
-// its snapshot) and returns the connection.
-func (it *iter) finish() {
-	it.done = true
-	if it.conn == nil {
-		return
-	}
-	c := it.conn
-	it.conn = nil
-	it.s.pool.ReleaseScan()
-	if !c.bad && c.inTx {
-		if err := c.exec("COMMIT"); err == nil {
-			c.inTx = false
-		}
-	}
-	it.s.pool.Put(c)
-}
-
-// fail ends the scan after an error; the connection is closed unless it
-// can be rolled back cleanly.
-func (it *iter) fail() {
-	it.done = true
-	if it.conn == nil {
-		return
-	}
-	c := it.conn
-	it.conn = nil
-	it.s.pool.ReleaseScan()
-	c.rollback()
-	it.s.pool.Put(c)
-}
-
-func (it *iter) Close() error {
-	it.finish()
-	return nil
 }

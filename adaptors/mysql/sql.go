@@ -179,7 +179,7 @@ type bound struct {
 //   - a range query: the keys whose head is past group in the scan's
 //     direction (every head, when group is nil) in primary-key order,
 //     which is key order except inside runs of keys sharing a head
-//     (ordered by hash there; the iterator sorts those runs).
+//     (ordered by hash there; the pager sorts those runs).
 //
 // lo and hi bound internal_key; each bound also bounds key_head (a key's
 // head is a prefix of it), which is what the index uses.

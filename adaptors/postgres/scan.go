@@ -11,150 +11,73 @@ import (
 	"github.com/engramkv/engram/sdk"
 )
 
-// Scan returns an iterator that reads nothing yet: the SDK asks for the
-// first batch within the same SCAN_OPEN call (ABI.md: SCAN_OPEN returns the
-// first batch), so the snapshot taken by the first page is taken before the
-// host's Scan returns, as the contract requires.
+// Scan reads keyset pages in key order (ORDER BY key_head, internal_key,
+// which the primary key serves); see sqlkv.Iterator.
 func (s *store) Scan(_ context.Context, opts sdk.ScanOptions) (sdk.Iterator, error) {
-	it := &iter{s: s, start: bytes.Clone(opts.Start), end: bytes.Clone(opts.End), reverse: opts.Reverse, remaining: -1}
-	if opts.Limit > 0 {
-		it.remaining = opts.Limit
-	}
-	return it, nil
+	p := &pager{sql: s.drv.sql, start: bytes.Clone(opts.Start), end: bytes.Clone(opts.End), reverse: opts.Reverse}
+	return sqlkv.NewIterator(s.pool, s.drv, p, opts.Limit, s.pageBytes), nil
 }
 
-// iter is one scan. A scan that fits in its first page is a single SELECT
-// (one statement is a snapshot by itself). A longer one holds a connection
-// with a REPEATABLE READ READ ONLY transaction open until it ends, and
-// reads keyset pages in it: after the last key returned, in key order.
-type iter struct {
-	s          *store
+// pager reads one scan's pages: each after the last key returned.
+type pager struct {
+	sql        *statements
 	start, end []byte
 	reverse    bool
-	remaining  int // pairs the scan may still yield; -1: no limit
-
-	conn    *conn  // holds the snapshot transaction, once needed
-	last    []byte // last key returned
-	started bool
-	done    bool
-
-	arena []byte // the current batch's bytes, reused across batches
-	pairs []sdk.Pair
+	after      bool   // past last, not at the scan's start
+	last       []byte // last key returned
 }
 
-func (it *iter) Next(ctx context.Context, max int) ([]sdk.Pair, error) {
-	if it.done {
-		return nil, nil
-	}
-	n := max
-	if it.remaining >= 0 {
-		n = min(n, it.remaining)
-	}
-	if n <= 0 {
-		it.finish()
-		return nil, nil
-	}
-	it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-	var complete bool
-	var err error
-	if !it.started {
-		complete, err = it.first(ctx, n)
-	} else {
-		complete, err = it.page(it.conn, nil, n, n)
-	}
-	if err != nil {
-		it.fail()
-		return nil, fmt.Errorf("scan: %w", classify(err))
-	}
-	it.started = true
-	if len(it.pairs) > 0 {
-		it.last = append(it.last[:0], it.pairs[len(it.pairs)-1].Key...)
-	}
-	if it.remaining >= 0 {
-		it.remaining -= len(it.pairs)
-	}
-	if complete || it.remaining == 0 {
-		it.finish()
-	}
-	return it.pairs, nil
-}
+func (p *pager) Probe() bool { return true }
 
-// first reads the first page. It tries a single statement first, asking
-// for one row more than the page: if that row is not there, the scan is
-// complete and needed no transaction. Otherwise the page is read again
-// inside the snapshot transaction that the rest of the scan continues in;
-// the caller has seen nothing of the first attempt. A pooled connection
-// that had died while idle fails the single statement, which is then run
-// again on a new one.
-func (it *iter) first(ctx context.Context, n int) (bool, error) {
-	last := it.remaining >= 0 && it.remaining <= n // this page ends the scan whatever follows
-	probe := n + 1
-	if last {
-		probe = n
+func (p *pager) Rewind() { p.after = false }
+
+// End commits the read-only transaction, or rolls back one an error
+// aborted; the pool closes a connection left in any other state.
+func (p *pager) End(c *conn, failed bool) {
+	if c.IsClosed() {
+		return
 	}
-	for {
-		c, reused, err := it.s.pool.Get(ctx)
-		if err != nil {
-			return false, err
-		}
-		complete, err := it.page(c, nil, probe, n)
-		if err != nil {
-			it.s.pool.Put(c)
-			if reused && it.s.drv.Stale(c, err) {
-				it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-				continue
-			}
-			return false, err
-		}
-		if complete || (last && len(it.pairs) == n) {
-			it.s.pool.Put(c)
-			return true, nil
-		}
-		if err := it.s.pool.HoldForScan(); err != nil {
-			it.s.pool.Put(c)
-			return false, err
-		}
-		it.arena, it.pairs = it.arena[:0], it.pairs[:0]
-		it.conn = c
-		return it.page(c, []string{`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`}, n, n)
+	switch st := c.PgConn().TxStatus(); {
+	case !failed && st != 'I':
+		_, _ = simpleExec(c, `COMMIT`)
+	case failed && st == 'E':
+		_, _ = simpleExec(c, `ROLLBACK`)
 	}
 }
 
-// page asks for up to limit rows after it.last (or from the scan's start)
-// on c, running the statements in pre first in the same round trip, and
-// keeps up to keep of them (a probe asks for one more than it keeps). It
-// stops early once the batch holds pageBytes. It reports whether the scan
-// is complete: fewer than limit rows came back, none left unread.
-func (it *iter) page(c *conn, pre []string, limit, keep int) (bool, error) {
+// Page asks for up to limit rows after p.last (or from the scan's start);
+// see sqlkv.Pager. The scan is complete when fewer than limit rows came
+// back, none left unread.
+func (p *pager) Page(c *conn, b *sqlkv.Batch, tx sqlkv.Tx, limit, keep int) (bool, error) {
 	lower := lowerNone
-	upper := len(it.end) > 0
+	upper := len(p.end) > 0
 	var args []any
-	if it.reverse {
-		if len(it.start) > 0 {
+	if p.reverse {
+		if len(p.start) > 0 {
 			lower = lowerInclusive
-			args = append(args, it.start)
+			args = append(args, p.start)
 		}
-		if it.started {
+		if p.after {
 			upper = true
-			args = append(args, it.last)
+			args = append(args, p.last)
 		} else if upper {
-			args = append(args, it.end)
+			args = append(args, p.end)
 		}
 	} else {
 		switch {
-		case it.started:
+		case p.after:
 			lower = lowerExclusive
-			args = append(args, it.last)
-		case len(it.start) > 0:
+			args = append(args, p.last)
+		case len(p.start) > 0:
 			lower = lowerInclusive
-			args = append(args, it.start)
+			args = append(args, p.start)
 		}
 		if upper {
-			args = append(args, it.end)
+			args = append(args, p.end)
 		}
 	}
 	rev := 0
-	if it.reverse {
+	if p.reverse {
 		rev = 1
 	}
 	up := 0
@@ -162,16 +85,14 @@ func (it *iter) page(c *conn, pre []string, limit, keep int) (bool, error) {
 		up = 1
 	}
 	args = append(args, limit)
-	sql := it.s.drv.sql.pages[rev][lower][up]
-
-	b := &pgx.Batch{}
-	for _, p := range pre {
-		b.Queue(p)
+	pb := &pgx.Batch{}
+	if tx == sqlkv.BeginTx {
+		pb.Queue(`BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY`)
 	}
-	b.Queue(sql, args...)
-	br := c.SendBatch(context.Background(), b)
+	pb.Queue(p.sql.pages[rev][lower][up], args...)
+	br := c.SendBatch(context.Background(), pb)
 	defer br.Close()
-	for range pre {
+	if tx == sqlkv.BeginTx {
 		if _, err := br.Exec(); err != nil {
 			return false, err
 		}
@@ -187,55 +108,21 @@ func (it *iter) page(c *conn, pre []string, limit, keep int) (bool, error) {
 	count, unread := 0, false
 	for rows.Next() {
 		count++
-		if len(it.pairs) >= keep || (len(it.pairs) > 0 && len(it.arena) >= it.s.pageBytes) {
+		if b.Full(keep) {
 			// A probe's extra row, or the byte budget reached: stop;
 			// Close drains what the server still sends.
 			unread = true
 			break
 		}
 		raw := rows.RawValues()
-		it.pairs = append(it.pairs, sdk.Pair{Key: sqlkv.AppendCopy(&it.arena, raw[0]), Value: sqlkv.AppendCopy(&it.arena, raw[1])})
+		b.Add(raw[0], raw[1])
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return false, err
 	}
+	if n := len(b.Pairs); n > 0 {
+		p.after, p.last = true, append(p.last[:0], b.Pairs[n-1].Key...)
+	}
 	return !unread && count < limit, nil
-}
-
-// finish ends the scan: commits the read-only transaction (which releases
-// its snapshot) and returns the connection.
-func (it *iter) finish() {
-	it.done = true
-	if it.conn == nil {
-		return
-	}
-	c := it.conn
-	it.conn = nil
-	it.s.pool.ReleaseScan()
-	if !c.IsClosed() && c.PgConn().TxStatus() != 'I' {
-		_, _ = simpleExec(c, `COMMIT`)
-	}
-	it.s.pool.Put(c)
-}
-
-// fail ends the scan after an error; the connection is closed unless it is
-// cleanly out of its transaction.
-func (it *iter) fail() {
-	it.done = true
-	if it.conn == nil {
-		return
-	}
-	c := it.conn
-	it.conn = nil
-	it.s.pool.ReleaseScan()
-	if !c.IsClosed() && c.PgConn().TxStatus() == 'E' {
-		_, _ = simpleExec(c, `ROLLBACK`)
-	}
-	it.s.pool.Put(c)
-}
-
-func (it *iter) Close() error {
-	it.finish()
-	return nil
 }
