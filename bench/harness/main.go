@@ -36,6 +36,7 @@ type params struct {
 	dataSet, deleteKeys, listClients         int
 	watchers                                 int
 	watchRate                                float64
+	keyOrder                                 string
 	duration                                 time.Duration
 	repeats, rssObjects, rssBatch            int
 }
@@ -115,6 +116,7 @@ func run() error {
 	flag.IntVar(&h.p.clients, "clients", 300, "engram bench --clients")
 	flag.IntVar(&h.p.connections, "connections", 10, "engram bench --connections")
 	flag.IntVar(&h.p.keySize, "key-size", 70, "engram bench --key-size")
+	flag.StringVar(&h.p.keyOrder, "key-order", "random", "engram bench --key-order: random (as kube-apiserver's object names arrive) or sequential")
 	flag.IntVar(&h.p.valueSize, "value-size", 512, "engram bench --value-size")
 	flag.IntVar(&h.p.dataSet, "data-set", 10_000, "engram bench --data-set")
 	flag.IntVar(&h.p.deleteKeys, "delete-keys", 100_000, "engram bench --delete-keys")
@@ -218,7 +220,7 @@ func (h *harness) benchArgs(endpoint, jsonPath, workloads string) []string {
 	p := h.p
 	return []string{"bench", "--endpoints=" + endpoint, "--workloads=" + workloads,
 		fmt.Sprintf("--clients=%d", p.clients), fmt.Sprintf("--connections=%d", p.connections),
-		fmt.Sprintf("--key-size=%d", p.keySize), fmt.Sprintf("--value-size=%d", p.valueSize),
+		fmt.Sprintf("--key-size=%d", p.keySize), "--key-order=" + p.keyOrder, fmt.Sprintf("--value-size=%d", p.valueSize),
 		fmt.Sprintf("--data-set=%d", p.dataSet), fmt.Sprintf("--delete-keys=%d", p.deleteKeys),
 		fmt.Sprintf("--list-clients=%d", p.listClients), fmt.Sprintf("--watchers=%d", p.watchers),
 		fmt.Sprintf("--watch-rate=%g", p.watchRate), "--duration=" + p.duration.String(),
@@ -321,7 +323,7 @@ func (h *harness) measureRSS(ctx context.Context, store string) error {
 	args := []string{"bench", "--endpoints=" + srv.endpoint, "--workloads=load", fmt.Sprintf("--data-set=%d", h.p.rssObjects),
 		fmt.Sprintf("--load-batch=%d", h.p.rssBatch),
 		fmt.Sprintf("--clients=%d", h.p.clients), fmt.Sprintf("--connections=%d", h.p.connections),
-		fmt.Sprintf("--key-size=%d", h.p.keySize), fmt.Sprintf("--value-size=%d", h.p.valueSize),
+		fmt.Sprintf("--key-size=%d", h.p.keySize), "--key-order=" + h.p.keyOrder, fmt.Sprintf("--value-size=%d", h.p.valueSize),
 		"--duration=30m", "--json=" + jsonPath, "--quiet"}
 	h.log.Info("loading objects for the memory measurement", "store", store, "objects", h.p.rssObjects)
 	cmd := exec.CommandContext(ctx, h.engramBin, args...)

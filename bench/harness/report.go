@@ -112,8 +112,8 @@ func (h *harness) writeReport() error {
 	w("(create `Txn If mod=0 Then Put`; update = linearizable Get then `Txn If mod=rev Then Put Else Get`; linearizable get; full paginated list pinned to the first page's revision; ")
 	w("delete `Txn If mod=rev Then DeleteRange Else Get`; mixed %d%% get / %d%% update; watch: %d watchers on a prefix while keys are created at %g/s). ",
 		90, 10, h.p.watchers, h.p.watchRate)
-	w("%d clients over %d connections, %d-byte keys, %d-byte values, a data set of %d keys (%d for delete), list pages of 500 with %d concurrent lists, %s per workload, %d repeats; the tables show the median of the repeats.\n\n",
-		h.p.clients, h.p.connections, h.p.keySize, h.p.valueSize, h.p.dataSet, h.p.deleteKeys, h.p.listClients, h.p.duration, h.p.repeats)
+	w("%d clients over %d connections, %d-byte keys named in %s order (`engram bench --key-order`; random is how kube-apiserver's object names arrive), %d-byte values, a data set of %d keys (%d for delete), list pages of 500 with %d concurrent lists, %s per workload, %d repeats; the tables show the median of the repeats.\n\n",
+		h.p.clients, h.p.connections, h.p.keySize, h.p.keyOrder, h.p.valueSize, h.p.dataSet, h.p.deleteKeys, h.p.listClients, h.p.duration, h.p.repeats)
 	w("The load generator shares the machine with the server, so the **ceiling** (a gRPC server answering the same requests at once without storage, `bench/ceiling`) is the most any store can reach here. ")
 	w("etcd and Engram on badger acknowledge a write only after it is fsynced (etcd by default; Engram's badger engine always); Engram on memkv keeps everything in memory.\n\n")
 

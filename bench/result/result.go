@@ -38,6 +38,7 @@ type Params struct {
 	Connections int     `json:"connections"`
 	KeySize     int     `json:"key_size"`
 	ValueSize   int     `json:"value_size"`
+	KeyOrder    string  `json:"key_order,omitempty"`
 	DataSet     int     `json:"data_set"`
 	DeleteKeys  int     `json:"delete_keys"`
 	Duration    string  `json:"duration"`

@@ -53,6 +53,9 @@ type Config struct {
 	Connections int
 	KeySize     int
 	ValueSize   int
+	// KeyOrder is the order in which key names are made: KeyOrderRandom
+	// (the default) or KeyOrderSequential.
+	KeyOrder string
 	// DataSet is the number of keys preloaded for get, update, list and
 	// mixed, and created by load.
 	DataSet int
@@ -110,6 +113,7 @@ func Defaults() Config {
 		Connections: 10,
 		KeySize:     70,
 		ValueSize:   512,
+		KeyOrder:    KeyOrderRandom,
 		DataSet:     10_000,
 		DeleteKeys:  100_000,
 		Duration:    10 * time.Second,
@@ -170,6 +174,8 @@ func (c *Config) validate() error {
 	case c.LoadBatch < 1 || c.LoadBatch > 128:
 		// 128 is etcd's default --max-txn-ops.
 		return fmt.Errorf("load batch must be within 1..128")
+	case c.KeyOrder != KeyOrderRandom && c.KeyOrder != KeyOrderSequential:
+		return fmt.Errorf("key order must be %q or %q, got %q", KeyOrderRandom, KeyOrderSequential, c.KeyOrder)
 	}
 	if c.Prefix == "" {
 		var b [6]byte
@@ -184,15 +190,32 @@ func (c *Config) validate() error {
 	return nil
 }
 
+// Key orders.
+const (
+	// KeyOrderRandom names the i-th key of a workload by a bijective scramble
+	// of i, so keys created one after another land anywhere in the key
+	// space, as kube-apiserver's object names (pod names with random
+	// suffixes, UIDs) do. This is the default: sequential names make
+	// every write an append at the end of an ordered engine's key space,
+	// which flatters B-trees and LSM trees alike.
+	KeyOrderRandom = "random"
+	// KeyOrderSequential names the i-th key by i itself, zero-padded, so
+	// keys sort in creation order.
+	KeyOrderSequential = "sequential"
+)
+
 // keyspace makes the keys of one workload: prefix + workload + "/" + a
-// zero-padded index filling the key to KeySize bytes, so keys sort in index
-// order (as the list workload expects) and have the configured size.
+// name for the key's index filling the key to KeySize bytes: the index
+// zero-padded (sequential), or a 64-bit scramble of it in hexadecimal
+// (random). Either way distinct indexes give distinct keys of the same size,
+// under one prefix.
 type keyspace struct {
-	base  string
-	width int
+	base   string
+	width  int
+	random bool
 }
 
-func newKeyspace(prefix, workload string, keySize int) keyspace {
+func newKeyspace(prefix, workload string, keySize int, order string) keyspace {
 	base := prefix + workload + "/"
 	width := keySize - len(base)
 	if width < 1 {
@@ -200,11 +223,28 @@ func newKeyspace(prefix, workload string, keySize int) keyspace {
 		// asked rather than colliding.
 		width = 1
 	}
-	return keyspace{base: base, width: width}
+	return keyspace{base: base, width: width, random: order != KeyOrderSequential}
 }
 
 func (k keyspace) key(i int) string {
+	if k.random {
+		// 16 hex digits hold any scramble; a narrower width makes the key
+		// longer than asked rather than truncating it into a collision.
+		return fmt.Sprintf("%s%0*x", k.base, k.width, scramble(uint64(i)))
+	}
 	return fmt.Sprintf("%s%0*d", k.base, k.width, i)
+}
+
+// scramble is a bijection on 64-bit integers (the finalizer of SplitMix64:
+// each xor-shift and each multiplication by an odd constant is invertible),
+// so it maps distinct indexes to distinct, evenly spread names.
+func scramble(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }
 
 // prefixEnd is the range end of every key starting with k.base.

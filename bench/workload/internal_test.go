@@ -7,21 +7,45 @@ import (
 )
 
 func TestKeyspace(t *testing.T) {
-	ks := newKeyspace("/bench/abc/", "get", 70)
-	k1, k2 := ks.key(1), ks.key(10)
-	if len(k1) != 70 || len(k2) != 70 {
-		t.Errorf("key sizes %d, %d", len(k1), len(k2))
-	}
-	if k1 >= k2 {
-		t.Errorf("keys not in index order: %q >= %q", k1, k2)
-	}
-	if !strings.HasPrefix(k1, ks.base) || k1 >= ks.end() || ks.base >= ks.end() {
-		t.Errorf("key %q outside [%q, %q)", k1, ks.base, ks.end())
-	}
-	// A prefix longer than the key size makes longer keys, never equal ones.
-	long := newKeyspace(strings.Repeat("p", 80), "get", 70)
-	if long.key(1) == long.key(2) {
-		t.Error("keys collide when the prefix exceeds the key size")
+	for _, order := range []string{KeyOrderSequential, KeyOrderRandom} {
+		ks := newKeyspace("/bench/abc/", "get", 70, order)
+		seen := map[string]bool{}
+		ascending := 0
+		prev := ""
+		for i := range 10_000 {
+			k := ks.key(i)
+			if len(k) != 70 {
+				t.Fatalf("%s: key %d is %d bytes, want 70", order, i, len(k))
+			}
+			if !strings.HasPrefix(k, ks.base) || k >= ks.end() {
+				t.Fatalf("%s: key %q outside [%q, %q)", order, k, ks.base, ks.end())
+			}
+			if seen[k] {
+				t.Fatalf("%s: key %d repeats %q", order, i, k)
+			}
+			seen[k] = true
+			if k > prev {
+				ascending++
+			}
+			prev = k
+		}
+		switch order {
+		case KeyOrderSequential:
+			if ascending != 10_000 {
+				t.Errorf("sequential: %d of 10000 keys follow their predecessor, want all", ascending)
+			}
+		case KeyOrderRandom:
+			// A random order puts about half the keys after their
+			// predecessor; creation order must not be key order.
+			if ascending < 4500 || ascending > 5500 {
+				t.Errorf("random: %d of 10000 keys follow their predecessor, want about half", ascending)
+			}
+		}
+		// A prefix longer than the key size makes longer keys, never equal ones.
+		long := newKeyspace(strings.Repeat("p", 80), "get", 70, order)
+		if long.key(1) == long.key(2) {
+			t.Errorf("%s: keys collide when the prefix exceeds the key size", order)
+		}
 	}
 }
 

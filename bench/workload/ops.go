@@ -57,7 +57,7 @@ func (r *runner) updateKey(ctx context.Context, cli *clientv3.Client, key string
 }
 
 func (r *runner) create(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Create, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Create, r.cfg.KeySize, r.cfg.KeyOrder)
 	var next atomic.Int64
 	rec := newRecorder()
 	return r.drive(ctx, Create, "ops/s", r.cfg.Clients, r.cfg.Rate, rec, func(ctx context.Context, c int) (bool, error) {
@@ -76,7 +76,7 @@ func (r *runner) create(ctx context.Context) (*result.Result, error) {
 // measurement of a million objects takes seconds rather than minutes. An
 // operation is one transaction.
 func (r *runner) load(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Load, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Load, r.cfg.KeySize, r.cfg.KeyOrder)
 	batch := max(1, r.cfg.LoadBatch)
 	var next, created atomic.Int64
 	rec := newRecorder()
@@ -110,7 +110,7 @@ func (r *runner) load(ctx context.Context) (*result.Result, error) {
 }
 
 func (r *runner) get(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Get, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Get, r.cfg.KeySize, r.cfg.KeyOrder)
 	if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (r *runner) get(ctx context.Context) (*result.Result, error) {
 }
 
 func (r *runner) update(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Update, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Update, r.cfg.KeySize, r.cfg.KeyOrder)
 	if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
 		return nil, err
 	}
@@ -136,7 +136,7 @@ func (r *runner) update(ctx context.Context) (*result.Result, error) {
 }
 
 func (r *runner) mixed(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Mixed, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Mixed, r.cfg.KeySize, r.cfg.KeyOrder)
 	if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (r *runner) mixed(ctx context.Context) (*result.Result, error) {
 // keys; when the first client runs out, the measurement ends, so every
 // client is busy for the whole measured interval.
 func (r *runner) delete(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Delete, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Delete, r.cfg.KeySize, r.cfg.KeyOrder)
 	revs, err := r.preload(ctx, ks, r.cfg.DeleteKeys)
 	if err != nil {
 		return nil, err
@@ -197,7 +197,7 @@ func (r *runner) delete(ctx context.Context) (*result.Result, error) {
 // each continuing at lastKey+"\x00", until More is false. One operation is
 // one complete list.
 func (r *runner) list(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, List, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, List, r.cfg.KeySize, r.cfg.KeyOrder)
 	if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
 		return nil, err
 	}

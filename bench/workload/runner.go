@@ -37,7 +37,7 @@ func Run(ctx context.Context, cfg Config, workloads []string) (*result.Report, e
 		Endpoints: cfg.Endpoints,
 		Started:   time.Now().UTC(),
 		Params: result.Params{
-			Clients: cfg.Clients, Connections: cfg.Connections, KeySize: cfg.KeySize, ValueSize: cfg.ValueSize,
+			Clients: cfg.Clients, Connections: cfg.Connections, KeySize: cfg.KeySize, ValueSize: cfg.ValueSize, KeyOrder: cfg.KeyOrder,
 			DataSet: cfg.DataSet, DeleteKeys: cfg.DeleteKeys, Duration: cfg.Duration.String(), Rate: cfg.Rate,
 			Prefix: cfg.Prefix, ListLimit: cfg.ListLimit, ListClients: cfg.ListClients, ReadRatio: cfg.ReadRatio,
 			Watchers: cfg.Watchers, WatchRate: cfg.WatchRate, LoadBatch: cfg.LoadBatch,
@@ -155,7 +155,7 @@ func (r *runner) run(ctx context.Context, name string) (*result.Result, error) {
 // the run.
 func (r *runner) cleanup(ctx context.Context, name string) error {
 	const cleanupChunk = 5000
-	ks := newKeyspace(r.cfg.Prefix, name, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, name, r.cfg.KeySize, r.cfg.KeyOrder)
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	cli := r.conns[0]

@@ -35,7 +35,7 @@ type watcher struct {
 // end every watcher's log is checked against the acknowledged writes: every
 // watcher must receive every write exactly once, in revision order.
 func (r *runner) watch(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Watch, r.cfg.KeySize)
+	ks := newKeyspace(r.cfg.Prefix, Watch, r.cfg.KeySize, r.cfg.KeyOrder)
 	head, err := r.conns[0].Get(ctx, ks.base, clientv3.WithRange(ks.end()), clientv3.WithCountOnly())
 	if err != nil {
 		return nil, fmt.Errorf("current revision: %w", err)

@@ -43,6 +43,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&d.Connections, "connections", d.Connections, "gRPC connections, shared round-robin by the clients")
 	fs.IntVar(&d.KeySize, "key-size", d.KeySize, "key size in bytes")
 	fs.IntVar(&d.ValueSize, "value-size", d.ValueSize, "value size in bytes")
+	fs.StringVar(&d.KeyOrder, "key-order", d.KeyOrder, "order of key names: random (as kube-apiserver's object names arrive) or sequential")
 	fs.IntVar(&d.DataSet, "data-set", d.DataSet, "keys preloaded for get, update, list and mixed (and created by load)")
 	fs.IntVar(&d.DeleteKeys, "delete-keys", d.DeleteKeys, "keys preloaded for delete (the workload ends early when a client has deleted its share)")
 	fs.DurationVar(&d.Duration, "duration", d.Duration, "how long each workload runs")
@@ -110,8 +111,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	rep, runErr := workload.Run(ctx, d, list)
 	if rep != nil {
-		fmt.Fprintf(stdout, "endpoints %s (server %s), prefix %s, %d clients over %d connections, %d-byte keys, %d-byte values, %s per workload\n\n",
-			strings.Join(rep.Endpoints, ","), orUnknown(rep.Server), rep.Params.Prefix, d.Clients, d.Connections, d.KeySize, d.ValueSize, d.Duration)
+		fmt.Fprintf(stdout, "endpoints %s (server %s), prefix %s, %d clients over %d connections, %d-byte keys in %s order, %d-byte values, %s per workload\n\n",
+			strings.Join(rep.Endpoints, ","), orUnknown(rep.Server), rep.Params.Prefix, d.Clients, d.Connections, d.KeySize, d.KeyOrder, d.ValueSize, d.Duration)
 		if err := rep.WriteTable(stdout); err != nil {
 			fmt.Fprintf(stderr, "engram bench: %v\n", err)
 			return 1
