@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/engramkv/engram/adaptors/internal/sqlkv"
 	"github.com/engramkv/engram/sdk"
 )
 
@@ -274,18 +275,10 @@ func classify(err error) error {
 		}
 		return err
 	}
-	var ne net.Error
-	switch {
-	case errors.Is(err, sdk.ErrUnavailable), errors.Is(err, sdk.ErrInvalid), errors.Is(err, sdk.ErrDeadline):
-		return err
-	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %w", sdk.ErrDeadline, err)
-	case errors.Is(err, mysql.ErrPktTooLarge):
-		return err
+	if errors.Is(err, mysql.ErrPktTooLarge) {
+		return err // the statement is at fault, not the connection: INTERNAL
 	}
-	// Anything else from the driver without a server error is the
-	// connection failing: refused, reset, closed.
-	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
+	return sqlkv.ClassifyTransport(err, false)
 }
 
 // Classify is classify, for sqlkv.

@@ -14,6 +14,11 @@
 // replaced at any time), must not start goroutines that need to run
 // between calls, and must not resolve names (there is no DNS inside wasm).
 //
+// What does not depend on the driver (the common settings, the connection
+// pool, the commit loop, the scan iterator) is adaptors/internal/sqlkv's;
+// this package keeps the SQL, the driver calls and what PostgreSQL's errors
+// mean.
+//
 // Configuration and schema: see config and schema. Build:
 //
 //	make build  # bin/postgres.wasm; by hand, from adaptors/:
@@ -248,16 +253,7 @@ func classify(err error) error {
 		}
 		return err
 	}
-	var ne net.Error
-	switch {
-	case errors.Is(err, sdk.ErrUnavailable), errors.Is(err, sdk.ErrInvalid), errors.Is(err, sdk.ErrDeadline):
-		return err
-	case pgconn.Timeout(err), errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w: %w", sdk.ErrDeadline, err)
-	}
-	// Anything else from the driver without a server error is the
-	// connection failing: refused, reset, closed.
-	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
+	return sqlkv.ClassifyTransport(err, pgconn.Timeout(err))
 }
 
 // Classify is classify, for sqlkv.

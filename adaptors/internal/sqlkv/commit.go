@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"time"
 
@@ -186,4 +187,21 @@ func conflict[C Conn](c C, d Driver[C], ops []sdk.Op, index int) error {
 		return errRaced
 	}
 	return &sdk.ConflictError{Index: index, Exists: exists, Current: cur}
+}
+
+// ClassifyTransport wraps err, an error of a call that changed nothing and
+// that is not the server's answer, with the SDK error that selects its
+// status: DEADLINE for a timeout (the host's deadline on the socket, which
+// a driver may report its own way: timeout), UNAVAILABLE for anything
+// else, which is the connection failing (refused, reset, closed). An
+// error that already carries an SDK status keeps it.
+func ClassifyTransport(err error, timeout bool) error {
+	var ne net.Error
+	switch {
+	case errors.Is(err, sdk.ErrUnavailable), errors.Is(err, sdk.ErrInvalid), errors.Is(err, sdk.ErrDeadline):
+		return err
+	case timeout, errors.As(err, &ne) && ne.Timeout(), errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", sdk.ErrDeadline, err)
+	}
+	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
 }
