@@ -14,12 +14,7 @@ import (
 // Stop removes everything.
 func TestStartStop(t *testing.T) {
 	s, err := Launch()
-	if err != nil {
-		if err == ErrNotInstalled && os.Getenv("CI") == "" {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	proctest.SkipIfMissing(t, err, ErrNotInstalled)
 	c, err := net.DialTimeout("tcp", s.Addr, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dialing %s: %v\n%s", s.Addr, err, s.Log())
@@ -42,12 +37,8 @@ func TestStartStop(t *testing.T) {
 // child test process launches a server and exits without Stop; the server
 // must go away and its directory be removed anyway.
 func TestReaper(t *testing.T) {
-	if _, _, err := findBin(); err != nil {
-		if os.Getenv("CI") == "" {
-			t.Skip(err)
-		}
-		t.Fatal(err)
-	}
+	_, _, err := findBin()
+	proctest.SkipIfMissing(t, err, ErrNotInstalled)
 	if proctest.CheckReaped(t, "PGTEST_REAPER_CHILD", func() (string, string, error) {
 		s, err := Launch()
 		if err != nil {
