@@ -10,64 +10,21 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/mysqltest"
-	"github.com/engramkv/engram/internal/proctest"
 )
 
-// mysqlEnv is one MariaDB and one compiled mysql.wasm for the whole test
-// binary (starting MariaDB takes seconds): TestMySQL and BenchmarkMySQL
-// share them, and every store gets a table of its own, so each starts
-// empty.
-var mysqlEnv struct {
-	once     sync.Once
-	server   *mysqltest.Server
-	plugin   *Plugin
-	err      error
-	tables   int
-	benchSeq int
-}
-
-// mysqlSetup returns the shared server and plugin, skipping tb without
-// MariaDB unless CI is set. The server is left running when the test
-// binary ends; proctest's reaper stops it and removes its data.
-func mysqlSetup(tb testing.TB) (*mysqltest.Server, *Plugin) {
-	tb.Helper()
-	mysqlEnv.once.Do(func() {
-		if mysqlEnv.server, mysqlEnv.err = mysqltest.Launch(); mysqlEnv.err != nil {
-			return
-		}
-		path := pluginPath(tb, "mysql")
-		var cache string
-		if cache, mysqlEnv.err = proctest.WasmCacheDir(path); mysqlEnv.err != nil {
-			return
-		}
-		mysqlEnv.plugin, mysqlEnv.err = Load(context.Background(), path, Options{CacheDir: cache, Logger: testLogger(tb)})
-	})
-	proctest.SkipIfMissing(tb, mysqlEnv.err, mysqltest.ErrNotInstalled)
-	return mysqlEnv.server, mysqlEnv.plugin
-}
-
-// openMySQL opens a store on a fresh table, closed at cleanup.
-func openMySQL(tb testing.TB, extra string, opts StoreOptions) *Store {
-	tb.Helper()
-	my, p := mysqlSetup(tb)
-	mysqlEnv.tables++
-	opts.Config = fmt.Appendf(nil, "dsn=%s table=t%d %s", my.DSN(""), mysqlEnv.tables, extra)
-	opts.AllowedAddresses = []string{my.Addr}
-	if opts.PoolSize == 0 {
-		opts.PoolSize = 2
-	}
-	s, err := p.Open(context.Background(), opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+// mysqlEnv is the MariaDB and mysql.wasm of TestMySQL and BenchmarkMySQL.
+var mysqlEnv = &sqlEnv[*mysqltest.Server]{
+	plugin:       "mysql",
+	launch:       mysqltest.Launch,
+	notInstalled: mysqltest.ErrNotInstalled,
+	config: func(s *mysqltest.Server) (string, string) {
+		return "dsn=" + s.DSN(""), s.Addr
+	},
 }
 
 // TestMySQL runs mysql.wasm against a throwaway MariaDB (skipped without
@@ -76,15 +33,15 @@ func openMySQL(tb testing.TB, extra string, opts StoreOptions) *Store {
 // configurations, commits cut around COMMIT, a server that goes away, and
 // concurrent batches that name the same keys in opposite orders.
 func TestMySQL(t *testing.T) {
-	my, p := mysqlSetup(t)
+	my, p := mysqlEnv.setup(t)
 	t.Logf("MariaDB %s on %s", my.Version, my.Addr)
 
 	t.Run("Conformance", func(t *testing.T) {
-		kvtest.Run(t, func(t *testing.T) kv.Store { return openMySQL(t, "", StoreOptions{}) })
+		kvtest.Run(t, func(t *testing.T) kv.Store { return mysqlEnv.open(t, "", StoreOptions{}) })
 	})
 
 	t.Run("Manifest", func(t *testing.T) {
-		s := openMySQL(t, "pool-size=2", StoreOptions{})
+		s := mysqlEnv.open(t, "pool-size=2", StoreOptions{})
 		m, f := s.Manifest(), s.Features()
 		if m.Name != "mysql" || m.Model.String() != "pooled" || !f.Durable {
 			t.Errorf("manifest %+v, features %+v", m, f)
@@ -92,14 +49,14 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("KeyOrder", func(t *testing.T) {
-		mysqlKeyOrder(t, openMySQL(t, "", StoreOptions{}))
+		mysqlKeyOrder(t, mysqlEnv.open(t, "", StoreOptions{}))
 	})
 
 	t.Run("BigBatch", func(t *testing.T) {
 		// 18 MiB of values with every byte value in them: more than
 		// MariaDB's max_allowed_packet (16 MiB), so the statements go in
 		// several round trips of one transaction.
-		s := openMySQL(t, "", StoreOptions{})
+		s := mysqlEnv.open(t, "", StoreOptions{})
 		ctx := context.Background()
 		var ops []kv.Op
 		for i := range 6 {
@@ -134,11 +91,11 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("ScanConnections", func(t *testing.T) {
-		sqlScanConns(t, openMySQL(t, "pool-size=2", StoreOptions{PoolSize: 1}))
+		sqlScanConns(t, mysqlEnv.open(t, "pool-size=2", StoreOptions{PoolSize: 1}))
 	})
 
 	t.Run("Server", func(t *testing.T) {
-		st := openMySQL(t, "", StoreOptions{})
+		st := mysqlEnv.open(t, "", StoreOptions{})
 		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
 	})
 
@@ -177,19 +134,22 @@ func TestMySQL(t *testing.T) {
 
 	t.Run("IdleConnectionsClosed", func(t *testing.T) {
 		// KILL ends sessions as wait_timeout or a restart would.
-		sqlIdleConnectionsClosed(t, openMySQL(t, "pool-size=3", StoreOptions{PoolSize: 1}), func() error {
+		sqlIdleConnectionsClosed(t, mysqlEnv.open(t, "pool-size=3", StoreOptions{PoolSize: 1}), func() error {
 			_, err := my.Exec("", "KILL CONNECTION USER 'root'@'127.0.0.1'")
 			return err
 		})
 	})
 
 	t.Run("CommitCuts", func(t *testing.T) {
-		mysqlEnv.tables++
-		mysqlCommitCuts(t, p, my, fmt.Sprintf("t%d", mysqlEnv.tables))
+		// COMMIT is COM_QUERY: command byte 3, then the text.
+		table := mysqlEnv.table()
+		sqlCommitCuts(t, p, my.Addr, func(addr string) string {
+			return "dsn=" + strings.Replace(my.DSN(""), my.Addr, addr, 1) + " table=" + table
+		}, "\x03COMMIT")
 	})
 
 	t.Run("OppositeOrders", func(t *testing.T) {
-		mysqlOppositeOrders(t, my, openMySQL(t, "", StoreOptions{PoolSize: 4}))
+		mysqlOppositeOrders(t, my, mysqlEnv.open(t, "", StoreOptions{PoolSize: 4}))
 	})
 
 	t.Run("Unavailable", func(t *testing.T) {
@@ -297,88 +257,6 @@ func mysqlKeyOrder(t *testing.T, s kv.Store) {
 	}
 }
 
-// mysqlCommitCuts checks the commit error mapping with a connection cut
-// at the two points that matter (through postgres_test.go's cutProxy):
-// before COMMIT is sent (nothing applied: a certain failure, never
-// UNCERTAIN) and right after (UNCERTAIN: the server may have committed),
-// then that Engram's resolution (read back) finds the outcome.
-func mysqlCommitCuts(t *testing.T, p *Plugin, my *mysqltest.Server, table string) {
-	ctx := context.Background()
-	px := startCutProxy(t, my.Addr)
-	dsn := strings.Replace(my.DSN(""), my.Addr, px.addr, 1)
-	s, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + dsn + " table=" + table), AllowedAddresses: []string{px.addr}, PoolSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v0"))}); err != nil {
-		t.Fatal(err)
-	}
-
-	// The round trip with START TRANSACTION and the writes never reaches
-	// the server (the new value travels inline in it). The pooled
-	// connection failing on its first use in a call looks like one the
-	// server closed while idle (wait_timeout): the plugin runs the batch
-	// again on a new connection, safely, since no COMMIT was sent. Cut
-	// that one too, and the commit fails, certainly.
-	px.armN("v1-cut-before", false, 2)
-	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-cut-before"))})
-	if err == nil || errors.Is(err, kv.ErrUncertain) {
-		t.Errorf("commit cut before COMMIT: %v, want a certain failure", err)
-	}
-	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v0" {
-		t.Errorf("after a commit cut before COMMIT: %q, %v; want v0", v, err)
-	}
-	// One cut: the new connection succeeds.
-	px.arm("v1-retried", false)
-	if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-retried"))}); err != nil {
-		t.Errorf("commit cut before COMMIT on a pooled connection: %v, want it run again on a new one", err)
-	}
-	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v1-retried" {
-		t.Errorf("after a commit run again: %q, %v; want v1-retried", v, err)
-	}
-
-	// COMMIT (COM_QUERY, command byte 3, then the text) reaches the
-	// server; its answer never comes back.
-	px.arm("\x03COMMIT", true)
-	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v1-retried"), []byte("v2"))})
-	if !errors.Is(err, kv.ErrUncertain) {
-		t.Errorf("commit cut after COMMIT was sent: %v, want UNCERTAIN", err)
-	}
-	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v2" {
-		t.Errorf("after an uncertain commit: %q, %v; want v2 (the server committed)", v, err)
-	}
-	if px.cuts != 4 {
-		t.Errorf("proxy cut %d connections, want 4", px.cuts)
-	}
-
-	// Engram resolves an uncertain commit by reading back (core/retry);
-	// through the whole server, the same cut must end in one clear
-	// answer, and the store must hold what that answer says.
-	srv := servertest.Start(t, servertest.Options{Store: s})
-	c := srv.Client(t)
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if _, err := c.Put(cctx, "/registry/x", "before"); err != nil {
-		t.Fatal(err)
-	}
-	px.arm("\x03COMMIT", true)
-	_, err = c.Put(cctx, "/registry/x", "after")
-	got, gerr := c.Get(cctx, "/registry/x")
-	if gerr != nil || len(got.Kvs) != 1 {
-		t.Fatalf("read after the cut: %v %v", gerr, got)
-	}
-	switch v := string(got.Kvs[0].Value); {
-	case err == nil && v != "after":
-		t.Errorf("put acknowledged after an uncertain commit, but the key holds %q", v)
-	case err != nil && v != "before":
-		t.Errorf("put failed (%v) after an uncertain commit, but the key holds %q", err, v)
-	}
-	if px.cuts != 5 {
-		t.Errorf("proxy cut %d connections, want 5", px.cuts)
-	}
-}
-
 // mysqlOppositeOrders runs concurrent batches that name the same keys in
 // opposite orders (and conditional writes on them): the plugin sends each
 // batch's statements in key order, so no batch waits for a lock another
@@ -462,5 +340,5 @@ func mysqlOppositeOrders(t *testing.T, my *mysqltest.Server, s kv.Store) {
 //
 //	go test -run '^$' -bench BenchmarkMySQL -benchtime 2000x ./host
 func BenchmarkMySQL(b *testing.B) {
-	benchSQLAdaptor(b, openMySQL(b, "", StoreOptions{PoolSize: 1}), &mysqlEnv.benchSeq)
+	benchSQLAdaptor(b, mysqlEnv.open(b, "", StoreOptions{PoolSize: 1}), &mysqlEnv.benchSeq)
 }

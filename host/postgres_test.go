@@ -17,54 +17,15 @@ import (
 	"github.com/engramkv/engram/internal/proctest"
 )
 
-// postgresEnv is one PostgreSQL and one compiled postgres.wasm for the
-// whole test binary: TestPostgres and BenchmarkPostgres share them, and
-// every store gets a table of its own, so each starts empty.
-var postgresEnv struct {
-	once     sync.Once
-	server   *pgtest.Server
-	plugin   *Plugin
-	err      error
-	tables   int
-	benchSeq int
-}
-
-// postgresSetup returns the shared server and plugin, skipping tb without
-// PostgreSQL unless CI is set. The server is left running when the test
-// binary ends; proctest's reaper stops it and removes its data.
-func postgresSetup(tb testing.TB) (*pgtest.Server, *Plugin) {
-	tb.Helper()
-	postgresEnv.once.Do(func() {
-		if postgresEnv.server, postgresEnv.err = pgtest.Launch(); postgresEnv.err != nil {
-			return
-		}
-		path := pluginPath(tb, "postgres")
-		var cache string
-		if cache, postgresEnv.err = proctest.WasmCacheDir(path); postgresEnv.err != nil {
-			return
-		}
-		postgresEnv.plugin, postgresEnv.err = Load(context.Background(), path, Options{CacheDir: cache, Logger: testLogger(tb)})
-	})
-	proctest.SkipIfMissing(tb, postgresEnv.err, pgtest.ErrNotInstalled)
-	return postgresEnv.server, postgresEnv.plugin
-}
-
-// openPostgres opens a store on a fresh table, closed at cleanup.
-func openPostgres(tb testing.TB, extra string, opts StoreOptions) *Store {
-	tb.Helper()
-	pg, p := postgresSetup(tb)
-	postgresEnv.tables++
-	opts.Config = fmt.Appendf(nil, "url=%s table=t%d %s", pg.URL(""), postgresEnv.tables, extra)
-	opts.AllowedAddresses = []string{pg.Addr}
-	if opts.PoolSize == 0 {
-		opts.PoolSize = 2
-	}
-	s, err := p.Open(context.Background(), opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = s.Close() })
-	return s
+// postgresEnv is the PostgreSQL and postgres.wasm of TestPostgres and
+// BenchmarkPostgres.
+var postgresEnv = &sqlEnv[*pgtest.Server]{
+	plugin:       "postgres",
+	launch:       pgtest.Launch,
+	notInstalled: pgtest.ErrNotInstalled,
+	config: func(s *pgtest.Server) (string, string) {
+		return "url=" + s.URL(""), s.Addr
+	},
 }
 
 // TestPostgres runs postgres.wasm against a throwaway PostgreSQL (skipped
@@ -73,15 +34,15 @@ func openPostgres(tb testing.TB, extra string, opts StoreOptions) *Store {
 // server ends while idle, commits cut around COMMIT, and a server that
 // goes away.
 func TestPostgres(t *testing.T) {
-	pg, p := postgresSetup(t)
+	pg, p := postgresEnv.setup(t)
 	t.Logf("PostgreSQL %s on %s", pg.Version, pg.Addr)
 
 	t.Run("Conformance", func(t *testing.T) {
-		kvtest.Run(t, func(t *testing.T) kv.Store { return openPostgres(t, "", StoreOptions{}) })
+		kvtest.Run(t, func(t *testing.T) kv.Store { return postgresEnv.open(t, "", StoreOptions{}) })
 	})
 
 	t.Run("Manifest", func(t *testing.T) {
-		s := openPostgres(t, "pool-size=2", StoreOptions{})
+		s := postgresEnv.open(t, "pool-size=2", StoreOptions{})
 		m, f := s.Manifest(), s.Features()
 		if m.Name != "postgres" || m.Model.String() != "pooled" || !f.Durable {
 			t.Errorf("manifest %+v, features %+v", m, f)
@@ -89,11 +50,11 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("ScanConnections", func(t *testing.T) {
-		sqlScanConns(t, openPostgres(t, "pool-size=2", StoreOptions{PoolSize: 1}))
+		sqlScanConns(t, postgresEnv.open(t, "pool-size=2", StoreOptions{PoolSize: 1}))
 	})
 
 	t.Run("Server", func(t *testing.T) {
-		st := openPostgres(t, "", StoreOptions{})
+		st := postgresEnv.open(t, "", StoreOptions{})
 		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
 	})
 
@@ -123,7 +84,7 @@ func TestPostgres(t *testing.T) {
 	t.Run("IdleConnectionsClosed", func(t *testing.T) {
 		// pg_terminate_backend ends sessions as idle_session_timeout, a
 		// restart or a proxy would.
-		sqlIdleConnectionsClosed(t, openPostgres(t, "pool-size=3", StoreOptions{PoolSize: 1}), func() error {
+		sqlIdleConnectionsClosed(t, postgresEnv.open(t, "pool-size=3", StoreOptions{PoolSize: 1}), func() error {
 			_, err := pg.Exec("", `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
 			return err
@@ -131,8 +92,11 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("CommitCuts", func(t *testing.T) {
-		postgresEnv.tables++
-		postgresCommitCuts(t, p, pg, fmt.Sprintf("t%d", postgresEnv.tables))
+		// COMMIT is a simple-protocol query: its text, NUL-terminated.
+		table := postgresEnv.table()
+		sqlCommitCuts(t, p, pg.Addr, func(addr string) string {
+			return "url=" + strings.Replace(pg.URL(""), pg.Addr, addr, 1) + " table=" + table
+		}, "COMMIT\x00")
 	})
 
 	t.Run("Unavailable", func(t *testing.T) {
@@ -148,11 +112,76 @@ func TestPostgres(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkPostgres -benchtime 2000x ./host
 func BenchmarkPostgres(b *testing.B) {
-	benchSQLAdaptor(b, openPostgres(b, "", StoreOptions{PoolSize: 1}), &postgresEnv.benchSeq)
+	benchSQLAdaptor(b, postgresEnv.open(b, "", StoreOptions{PoolSize: 1}), &postgresEnv.benchSeq)
 }
 
 // The rest of this file is shared by TestPostgres and TestMySQL: what
 // both SQL adaptors must do alike.
+
+// sqlEnv is one database server and one compiled SQL adaptor for the whole
+// test binary (starting a server takes seconds): an adaptor's Test and
+// Benchmark share them, and every store gets a table of its own, so each
+// starts empty. The server is left running when the test binary ends;
+// proctest's reaper stops it and removes its data.
+type sqlEnv[S any] struct {
+	plugin       string // bin/PLUGIN.wasm
+	launch       func() (S, error)
+	notInstalled error
+	// config is the plugin's configuration for server, without a table,
+	// and the address it must be allowed to dial.
+	config func(server S) (cfg, addr string)
+
+	once     sync.Once
+	server   S
+	p        *Plugin
+	err      error
+	tables   int
+	benchSeq int
+}
+
+// setup returns the shared server and plugin, skipping tb without the
+// server's binaries unless CI is set.
+func (e *sqlEnv[S]) setup(tb testing.TB) (S, *Plugin) {
+	tb.Helper()
+	e.once.Do(func() {
+		if e.server, e.err = e.launch(); e.err != nil {
+			return
+		}
+		path := pluginPath(tb, e.plugin)
+		var cache string
+		if cache, e.err = proctest.WasmCacheDir(path); e.err != nil {
+			return
+		}
+		e.p, e.err = Load(context.Background(), path, Options{CacheDir: cache, Logger: testLogger(tb)})
+	})
+	proctest.SkipIfMissing(tb, e.err, e.notInstalled)
+	return e.server, e.p
+}
+
+// table returns the name of a table no store has used.
+func (e *sqlEnv[S]) table() string {
+	e.tables++
+	return fmt.Sprintf("t%d", e.tables)
+}
+
+// open opens a store on a fresh table, with extra settings, closed at
+// cleanup.
+func (e *sqlEnv[S]) open(tb testing.TB, extra string, opts StoreOptions) *Store {
+	tb.Helper()
+	server, p := e.setup(tb)
+	cfg, addr := e.config(server)
+	opts.Config = fmt.Appendf(nil, "%s table=%s %s", cfg, e.table(), extra)
+	opts.AllowedAddresses = []string{addr}
+	if opts.PoolSize == 0 {
+		opts.PoolSize = 2
+	}
+	s, err := p.Open(context.Background(), opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
 
 // benchSQLAdaptor runs the Get and Commit3 benchmarks on s; seq numbers
 // the object keys across runs on one store (-count reruns on it).
@@ -361,16 +390,18 @@ func sqlScanConns(t *testing.T, s *Store) {
 	_ = it2.Close()
 }
 
-// postgresCommitCuts checks the commit error mapping with a connection cut
-// at the two points that matter: before COMMIT is sent (nothing applied: a
-// certain failure, never UNCERTAIN; or, on a pooled connection, run again
-// on a new one) and right after (UNCERTAIN: the server may have
-// committed).
-func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string) {
+// sqlCommitCuts checks the commit error mapping with a connection cut
+// through a cutProxy in front of the server at target, at the two points
+// that matter: before COMMIT is sent (nothing applied: a certain failure,
+// never UNCERTAIN; or, on a pooled connection, run again on a new one)
+// and right after (UNCERTAIN: the server may have committed), then that
+// Engram's resolution (read back) finds the outcome. config is the
+// plugin's configuration with the proxy's address; commit matches the
+// COMMIT statement on the wire.
+func sqlCommitCuts(t *testing.T, p *Plugin, target string, config func(addr string) string, commit string) {
 	ctx := context.Background()
-	px := startCutProxy(t, pg.Addr)
-	url := strings.Replace(pg.URL(""), pg.Addr, px.addr, 1)
-	s, err := p.Open(ctx, StoreOptions{Config: []byte("url=" + url + " table=" + table), AllowedAddresses: []string{px.addr}, PoolSize: 1})
+	px := startCutProxy(t, target)
+	s, err := p.Open(ctx, StoreOptions{Config: []byte(config(px.addr)), AllowedAddresses: []string{px.addr}, PoolSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,12 +410,12 @@ func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string
 		t.Fatal(err)
 	}
 
-	// The pipeline with BEGIN and the writes never reaches the server
-	// (statements are prepared by then, but the new value travels in
-	// every Bind). The pooled connection failing on its first use in a
-	// call looks like one the server closed while idle: the plugin runs
-	// the batch again on a new connection, safely, since no COMMIT was
-	// sent. Cut that one too, and the commit fails, certainly.
+	// The round trip with BEGIN and the writes never reaches the server
+	// (the new value travels in it, inline or bound). The pooled
+	// connection failing on its first use in a call looks like one the
+	// server closed while idle: the plugin runs the batch again on a new
+	// connection, safely, since no COMMIT was sent. Cut that one too, and
+	// the commit fails, certainly.
 	px.armN("v1-cut-before", false, 2)
 	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v0"), []byte("v1-cut-before"))})
 	if err == nil || errors.Is(err, kv.ErrUncertain) {
@@ -402,19 +433,43 @@ func postgresCommitCuts(t *testing.T, p *Plugin, pg *pgtest.Server, table string
 		t.Errorf("after a commit run again: %q, %v; want v1-retried", v, err)
 	}
 
-	// COMMIT (a simple-protocol query, text on the wire) reaches the
-	// server; its answer never comes back.
-	px.arm("COMMIT\x00", true)
+	// COMMIT reaches the server, which commits before it can notice the
+	// connection is gone; its answer never comes back.
+	px.arm(commit, true)
 	err = s.Commit(ctx, []kv.Op{kv.CompareAndSwap([]byte("k"), []byte("v1-retried"), []byte("v2"))})
 	if !errors.Is(err, kv.ErrUncertain) {
 		t.Errorf("commit cut after COMMIT was sent: %v, want UNCERTAIN", err)
 	}
-	v, err := s.Get(ctx, []byte("k"))
-	if err != nil || (string(v) != "v1-retried" && string(v) != "v2") {
-		t.Errorf("after an uncertain commit: %q, %v; want v1-retried or v2", v, err)
+	if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v2" {
+		t.Errorf("after an uncertain commit: %q, %v; want v2 (the server committed)", v, err)
 	}
-	t.Logf("uncertain commit: value afterwards %q (v2: the server committed)", v)
 	if px.cuts != 4 {
 		t.Errorf("proxy cut %d connections, want 4", px.cuts)
+	}
+
+	// Engram resolves an uncertain commit by reading back (core/retry);
+	// through the whole server, the same cut must end in one clear
+	// answer, and the store must hold what that answer says.
+	srv := servertest.Start(t, servertest.Options{Store: s})
+	c := srv.Client(t)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := c.Put(cctx, "/registry/x", "before"); err != nil {
+		t.Fatal(err)
+	}
+	px.arm(commit, true)
+	_, err = c.Put(cctx, "/registry/x", "after")
+	got, gerr := c.Get(cctx, "/registry/x")
+	if gerr != nil || len(got.Kvs) != 1 {
+		t.Fatalf("read after the cut: %v %v", gerr, got)
+	}
+	switch v := string(got.Kvs[0].Value); {
+	case err == nil && v != "after":
+		t.Errorf("put acknowledged after an uncertain commit, but the key holds %q", v)
+	case err != nil && v != "before":
+		t.Errorf("put failed (%v) after an uncertain commit, but the key holds %q", err, v)
+	}
+	if px.cuts != 5 {
+		t.Errorf("proxy cut %d connections, want 5", px.cuts)
 	}
 }
