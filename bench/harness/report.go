@@ -115,6 +115,8 @@ func (h *harness) writeReport() error {
 	w("%d clients over %d connections, %d-byte keys named in %s order (`engram bench --key-order`; random is how kube-apiserver's object names arrive), %d-byte values, a data set of %d keys (%d for delete), list pages of 500 with %d concurrent lists, %s per workload, %d repeats; the tables show the median of the repeats.\n\n",
 		h.p.clients, h.p.connections, h.p.keySize, h.p.keyOrder, h.p.valueSize, h.p.dataSet, h.p.deleteKeys, h.p.listClients, h.p.duration, h.p.repeats)
 	w("The load generator shares the machine with the server, so the **ceiling** (a gRPC server answering the same requests at once without storage, `bench/ceiling`) is the most any store can reach here. ")
+	w("Per request it does what every store must and nothing more: gRPC decodes the request; the handler builds a response of the right shape and size (a get returns one key-value with a value of the benchmark's size, a list page the requested number of them, a write moves an atomic revision counter and answers each Txn op); gRPC encodes it. ")
+	w("It runs with etcd's and Engram's transport settings (message limits, keepalive policy, 256 stream workers) and a collector as rare as a store's (GOGC=1000: its live heap is a few MiB, a store's hundreds). ")
 	w("etcd and Engram on badger acknowledge a write only after it is fsynced (etcd by default; Engram's badger engine always); Engram on memkv keeps everything in memory.\n\n")
 
 	w("## Machine\n\n")
