@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,6 +250,25 @@ func SkipIfMissing(t testing.TB, err, notInstalled error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// BuiltFile returns the absolute path of rel (relative to the test's
+// directory), a file a make target builds, such as bin/postgres.wasm. A
+// missing file skips t, or fails it with CI set, like a missing server;
+// target names the make target that builds it.
+func BuiltFile(t testing.TB, rel, target string) string {
+	t.Helper()
+	path, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s is missing (make %s builds it): %v", path, target, err)
+		}
+		t.Skipf("%s is missing; run make %s", path, target)
+	}
+	return path
 }
 
 // StartFor launches a server for t with launch and stops it at t.Cleanup;

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/pgtest"
+	"github.com/engramkv/engram/internal/proctest"
 )
 
 // clusterLease is the leader lease of the cluster test; failover should take
@@ -26,16 +25,7 @@ const clusterLease = 2 * time.Second
 // within the lease, no acknowledged write is lost, revisions stay dense, and
 // a watcher that resumes from its last revision sees every event once.
 func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
-	plugin, err := filepath.Abs("../../bin/postgres.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(plugin); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing (make adaptors builds it): %v", plugin, err)
-		}
-		t.Skipf("%s is missing; run make adaptors", plugin)
-	}
+	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
 	pg := pgtest.Start(t)
 	cache, err := pgtest.WasmCacheDir(plugin)
 	if err != nil {

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/internal/pgtest"
+	"github.com/engramkv/engram/internal/proctest"
 	"github.com/engramkv/engram/plugins/memkv"
 	"github.com/engramkv/engram/plugins/tikv"
 	"github.com/engramkv/engram/plugins/tikv/tikvmock"
@@ -44,16 +43,7 @@ const pgLease = 2 * time.Second
 // PostgreSQL through postgres.wasm and kills the leader with SIGKILL every
 // few seconds, restarting it as a follower, under the load: run (b).
 func TestClusterPostgresLeaderKill9(t *testing.T) {
-	plugin, err := filepath.Abs("../../bin/postgres.wasm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(plugin); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s is missing (make adaptors builds it): %v", plugin, err)
-		}
-		t.Skipf("%s is missing; run make adaptors", plugin)
-	}
+	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
 	pg := pgtest.Start(t)
 	cache, err := pgtest.WasmCacheDir(plugin)
 	if err != nil {
