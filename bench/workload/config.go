@@ -89,6 +89,15 @@ type Config struct {
 	// LoadBatch is the number of objects each transaction of the load
 	// workload creates (1: one create per object, as kube-apiserver).
 	LoadBatch int
+	// LoadFrom is the index of the first object load creates (objects
+	// LoadFrom..DataSet-1), so a store can be grown in steps; PrefixObjects
+	// spreads the objects over sub-prefixes of that many each; Existing
+	// makes get and list read the objects load created under Prefix (all
+	// DataSet of them; list: the first sub-prefix) instead of preloading
+	// their own. See existing.go.
+	LoadFrom      int
+	PrefixObjects int
+	Existing      bool
 
 	// Cleanup deletes each workload's keys after it and compacts, as
 	// kube-apiserver's compactor would, so workloads do not weigh on each
@@ -176,6 +185,9 @@ func (c *Config) validate() error {
 		return fmt.Errorf("load batch must be within 1..128")
 	case c.KeyOrder != KeyOrderRandom && c.KeyOrder != KeyOrderSequential:
 		return fmt.Errorf("key order must be %q or %q, got %q", KeyOrderRandom, KeyOrderSequential, c.KeyOrder)
+	}
+	if err := c.validateExisting(); err != nil {
+		return err
 	}
 	if c.Prefix == "" {
 		var b [6]byte

@@ -76,12 +76,11 @@ func (r *runner) create(ctx context.Context) (*result.Result, error) {
 // measurement of a million objects takes seconds rather than minutes. An
 // operation is one transaction.
 func (r *runner) load(ctx context.Context) (*result.Result, error) {
-	ks := newKeyspace(r.cfg.Prefix, Load, r.cfg.KeySize, r.cfg.KeyOrder)
 	batch := max(1, r.cfg.LoadBatch)
 	var next, created atomic.Int64
 	rec := newRecorder()
 	res := r.drive(ctx, Load, "txns/s", r.cfg.Clients, r.cfg.Rate, rec, func(ctx context.Context, c int) (bool, error) {
-		from := int(next.Add(int64(batch))) - batch
+		from := r.cfg.LoadFrom + int(next.Add(int64(batch))) - batch
 		if from >= r.cfg.DataSet {
 			return false, errStop
 		}
@@ -89,7 +88,7 @@ func (r *runner) load(ctx context.Context) (*result.Result, error) {
 		cmps := make([]clientv3.Cmp, 0, to-from)
 		puts := make([]clientv3.Op, 0, to-from)
 		for i := from; i < to; i++ {
-			k := ks.key(i)
+			k := r.cfg.existingKey(i)
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", 0))
 			puts = append(puts, clientv3.OpPut(k, string(r.value)))
 		}
@@ -103,20 +102,23 @@ func (r *runner) load(ctx context.Context) (*result.Result, error) {
 		return !resp.Succeeded, nil
 	})
 	res.Writes = created.Load()
-	if res.Writes < int64(r.cfg.DataSet) {
-		return res, fmt.Errorf("created %d of %d objects within %s (%d errors)", res.Writes, r.cfg.DataSet, r.cfg.Duration, res.Errors)
+	if want := int64(r.cfg.DataSet - r.cfg.LoadFrom); res.Writes < want {
+		return res, fmt.Errorf("created %d of %d objects within %s (%d errors)", res.Writes, want, r.cfg.Duration, res.Errors)
 	}
 	return res, nil
 }
 
 func (r *runner) get(ctx context.Context) (*result.Result, error) {
 	ks := newKeyspace(r.cfg.Prefix, Get, r.cfg.KeySize, r.cfg.KeyOrder)
-	if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
+	keyOf := ks.key
+	if r.cfg.Existing {
+		keyOf = r.cfg.existingKey
+	} else if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
 		return nil, err
 	}
 	rec := newRecorder()
 	return r.drive(ctx, Get, "ops/s", r.cfg.Clients, r.cfg.Rate, rec, func(ctx context.Context, c int) (bool, error) {
-		rev, err := getKey(ctx, r.conn(c), ks.key(rand.IntN(r.cfg.DataSet)))
+		rev, err := getKey(ctx, r.conn(c), keyOf(rand.IntN(r.cfg.DataSet)))
 		if err == nil && rev == 0 {
 			err = fmt.Errorf("preloaded key missing")
 		}
@@ -198,7 +200,10 @@ func (r *runner) delete(ctx context.Context) (*result.Result, error) {
 // one complete list.
 func (r *runner) list(ctx context.Context) (*result.Result, error) {
 	ks := newKeyspace(r.cfg.Prefix, List, r.cfg.KeySize, r.cfg.KeyOrder)
-	if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
+	if r.cfg.Existing {
+		// The first sub-prefix, which must hold exactly DataSet objects.
+		ks = r.cfg.existingKeyspace(0)
+	} else if _, err := r.preload(ctx, ks, r.cfg.DataSet); err != nil {
 		return nil, err
 	}
 	var pages, keys atomic.Int64

@@ -57,6 +57,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&d.WatchDrain, "watch-drain", d.WatchDrain, "how long to wait for outstanding watch events after the last write")
 	fs.IntVar(&d.LoadBatch, "load-batch", d.LoadBatch, "objects created per transaction by the load workload (1: one create per object, as kube-apiserver)")
 	fs.BoolVar(&d.Cleanup, "cleanup", d.Cleanup, "delete each workload's keys afterwards and compact")
+	fs.IntVar(&d.LoadFrom, "load-from", 0, "index of the first object load creates, to grow a store in steps (objects load-from..data-set-1)")
+	fs.IntVar(&d.PrefixObjects, "prefix-objects", 0, "spread load's objects over sub-prefixes <prefix>NNN/ of this many each (0: one prefix)")
+	fs.BoolVar(&d.Existing, "existing", false, "get and list read the objects load created under --prefix (get: --data-set of them; list: the first sub-prefix, --data-set keys) instead of preloading their own")
 	fs.DurationVar(&d.DialTimeout, "dial-timeout", d.DialTimeout, "how long to wait for the endpoint")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: engram bench [flags]")
