@@ -15,7 +15,7 @@ ARGS    ?=
 # packages they drive have race-tested tests of their own).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test soak bench bench-tools bench-quick bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
 # Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
@@ -192,6 +192,17 @@ bench-quick: bench-tools
 		--delete-keys=30000 --rss-objects=20000 --profile-dir= \
 		--out=bin/bench-quick/BENCHMARKS.md --chart=bin/bench-quick/chart.png \
 		--results=bin/bench-quick/results.json $(BENCH_ARGS)
+
+# Cost curves only (issue 12): etcd and Engram on badger, each one server
+# grown to every BENCH_SCALE object count and measured there (get, create,
+# full list, watch p99, RSS and disk per object, kill -9 recovery); report
+# in bin/bench-scale/. About 25 minutes on 2 cores at the default points.
+BENCH_SCALE ?= 10000,100000,1000000,5000000
+bench-scale: bench-tools
+	./bin/engram-benchrun --mode='make bench-scale' --repeats=0 --rss-objects=0 --profile-dir= \
+		--scale=$(BENCH_SCALE) \
+		--out=bin/bench-scale/BENCHMARKS.md --chart=bin/bench-scale/chart.png \
+		--results=bin/bench-scale/results.json $(BENCH_ARGS)
 
 # Go micro-benchmarks of the root module's packages (not tests/, whose
 # TestMain builds and starts servers). BENCH_GO_FLAGS adds go test flags,

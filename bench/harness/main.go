@@ -68,6 +68,7 @@ type harness struct {
 	versions                           map[string]string
 	started                            time.Time
 	outMD, outChart, outJSON, repoRoot string
+	scale                              scaleRun // cost curves (scale.go)
 }
 
 type rssResult struct {
@@ -128,6 +129,7 @@ func run() error {
 	flag.IntVar(&h.p.rssObjects, "rss-objects", 1_000_000, "objects loaded before measuring server memory (0: skip)")
 	flag.BoolVar(&h.snapshot, "snapshot", true, "after loading --rss-objects objects, take `etcdctl snapshot save` of each loaded store and restore the file (etcdutl, engram snapshot restore)")
 	flag.IntVar(&h.p.rssBatch, "rss-batch", 10, "objects per create transaction when loading them (engram bench --load-batch)")
+	h.registerScaleFlags()
 	flag.Parse()
 	h.stores = strings.Split(stores, ",")
 	h.repoRoot, _ = os.Getwd()
@@ -203,6 +205,9 @@ func run() error {
 				h.rss[store] = rssResult{Objects: h.p.rssObjects, LoadError: err.Error()}
 			}
 		}
+	}
+	if err := h.runScale(ctx); err != nil {
+		return err
 	}
 	h.machine.LoadAfter = loadavg()
 	return h.writeReport()

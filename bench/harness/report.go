@@ -249,6 +249,9 @@ func (h *harness) writeReport() error {
 		w("\n## Go benchmarks\n\n`make bench-go BENCH_GO_FLAGS=%s` (`go test -run='^$' -bench=. -benchmem %s` over the root module's packages but tests/, took %s):\n\n```\n%s```\n",
 			h.goBenchFlags, h.goBenchFlags, h.goBenchTook.Round(time.Second), h.goBenchOut)
 	}
+	if err := h.writeScale(&b); err != nil {
+		return err
+	}
 	return os.WriteFile(h.outMD, []byte(b.String()), 0o644)
 }
 

@@ -97,6 +97,10 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 			"--listen-client-urls=http://" + s.endpoint, "--advertise-client-urls=http://" + s.endpoint,
 			"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
 			"--initial-cluster=bench=" + peerURL, "--log-level=error"}
+		if h.scale.etcdQuota > 0 {
+			// The scale run's millions of objects outgrow the 2 GiB default.
+			s.args = append(s.args, fmt.Sprintf("--quota-backend-bytes=%d", h.scale.etcdQuota))
+		}
 		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.endpoint+"/health") }
 	case storeBadger, storeMemkv, storeWasm:
 		hp, err := freePort()
