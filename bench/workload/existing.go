@@ -1,6 +1,9 @@
 package workload
 
-import "fmt"
+import (
+	"fmt"
+	"math/rand/v2"
+)
 
 // Objects already in the store: the scale measurements of `make
 // bench-scale` grow one server's data step by step (10k, 100k, 1M, 5M
@@ -50,4 +53,20 @@ func (c *Config) validateExisting() error {
 		return fmt.Errorf("existing needs the prefix the objects were loaded under")
 	}
 	return nil
+}
+
+// objectValue is a fresh random value of n bytes for one loaded object. The
+// other workloads write one random value over and over, which is fine for
+// timing; but objects that stay and are measured on disk must differ, or a
+// store that compresses blocks (badger) stores a million copies of one
+// value in the space of a few.
+func objectValue(n int) string {
+	b := make([]byte, n)
+	for i := 0; i < n; i += 8 {
+		v := rand.Uint64()
+		for j := 0; j < 8 && i+j < n; j++ {
+			b[i+j] = byte(v >> (8 * j))
+		}
+	}
+	return string(b)
 }

@@ -90,7 +90,7 @@ func (r *runner) load(ctx context.Context) (*result.Result, error) {
 		for i := from; i < to; i++ {
 			k := r.cfg.existingKey(i)
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", 0))
-			puts = append(puts, clientv3.OpPut(k, string(r.value)))
+			puts = append(puts, clientv3.OpPut(k, objectValue(len(r.value))))
 		}
 		resp, err := r.conn(c).Txn(ctx).If(cmps...).Then(puts...).Commit()
 		if err != nil {
