@@ -88,6 +88,22 @@ type Result struct {
 
 	// Watch is set for the watch workload.
 	Watch *Watch `json:"watch,omitempty"`
+
+	// Series is the churn workload's throughput over time: operations per
+	// second in each consecutive interval of SeriesInterval seconds.
+	Series         []float64 `json:"series,omitempty"`
+	SeriesInterval float64   `json:"series_interval_s,omitempty"`
+	// Compactions are the churn's compactions, in order.
+	Compactions []Compaction `json:"compactions,omitempty"`
+}
+
+// Compaction is one compaction a workload requested.
+type Compaction struct {
+	Revision int64 `json:"revision"`
+	// At is when it was sent, in seconds from the start of the workload;
+	// Seconds how long the (non-physical) request took.
+	At      float64 `json:"at_s"`
+	Seconds float64 `json:"seconds"`
 }
 
 // Watch is the delivery account of the watch workload.

@@ -89,6 +89,9 @@ type Config struct {
 	// LoadBatch is the number of objects each transaction of the load
 	// workload creates (1: one create per object, as kube-apiserver).
 	LoadBatch int
+	// CompactEvery is the churn workload's compaction interval
+	// (kube-apiserver's --etcd-compaction-interval); 0 never compacts.
+	CompactEvery time.Duration
 	// LoadFrom is the index of the first object load creates (objects
 	// LoadFrom..DataSet-1), so a store can be grown in steps; PrefixObjects
 	// spreads the objects over sub-prefixes of that many each; Existing
@@ -134,6 +137,9 @@ func Defaults() Config {
 		WatchDrain:  10 * time.Second,
 		LoadBatch:   1,
 		Cleanup:     true,
+
+		// kube-apiserver's --etcd-compaction-interval default.
+		CompactEvery: 5 * time.Minute,
 	}
 }
 
@@ -147,7 +153,7 @@ func ParseWorkloads(s string) ([]string, error) {
 		case name == "":
 		case name == "all":
 			out = append(out, All...)
-		case slices.Contains(All, name) || name == Load:
+		case slices.Contains(All, name) || name == Load || name == Churn:
 			out = append(out, name)
 		default:
 			return nil, fmt.Errorf("unknown workload %q (want %s, %s or all)", name, strings.Join(All, ", "), Load)

@@ -143,6 +143,8 @@ func (r *runner) run(ctx context.Context, name string) (*result.Result, error) {
 		return r.watch(ctx)
 	case Load:
 		return r.load(ctx)
+	case Churn:
+		return r.churn(ctx)
 	}
 	return nil, fmt.Errorf("unknown workload %q", name)
 }
