@@ -52,16 +52,18 @@ var scaleWatchers = []int{100, 1_000, 10_000}
 // scaleRun is the configuration and the results of the scale measurements.
 type scaleRun struct {
 	points, stores string        // flags, parsed by runScale
+	from           string        // --scale-from: a scale.json to report instead of measuring
 	duration       time.Duration // of get, create and each watch run
 	etcdQuota      int64         // etcd's --quota-backend-bytes while > 0 (servers.go)
 
-	Points   []int              `json:"points"`
-	Stores   []string           `json:"stores"`
-	Results  []scalePoint       `json:"results"`
-	Took     map[string]float64 `json:"took_seconds"` // store -> seconds of its whole scale run
-	Failed   map[string]string  `json:"failed,omitempty"`
-	Load     map[string]string  `json:"load_average,omitempty"` // store -> load average when its run started
-	Commands []string           `json:"commands,omitempty"`     // examples of the engram bench commands run
+	DurationSeconds float64            `json:"duration_seconds"` // --scale-duration
+	Points          []int              `json:"points"`
+	Stores          []string           `json:"stores"`
+	Results         []scalePoint       `json:"results"`
+	Took            map[string]float64 `json:"took_seconds"` // store -> seconds of its whole scale run
+	Failed          map[string]string  `json:"failed,omitempty"`
+	Load            map[string]string  `json:"load_average,omitempty"` // store -> load average when its run started
+	Commands        []string           `json:"commands,omitempty"`     // examples of the engram bench commands run
 }
 
 // scalePoint is one store measured at one number of objects.
@@ -132,6 +134,7 @@ func (h *harness) registerScaleFlags() {
 		return err
 	})
 	flag.DurationVar(&h.scale.duration, "scale-duration", 3*time.Second, "length of the get, create and each watch run at a --scale point")
+	flag.StringVar(&h.scale.from, "scale-from", "", "write the cost curves from this scale.json of an earlier run instead of measuring (--scale is then ignored)")
 }
 
 // parseScale parses the flags; it returns no points when --scale is empty.
@@ -179,6 +182,21 @@ func (h *harness) scaleChartPath() string {
 // runScale measures every --scale-stores store at every --scale point and
 // writes the raw results. A store that fails keeps the points it reached.
 func (h *harness) runScale(ctx context.Context) error {
+	if h.scale.from != "" {
+		// Reporting again, e.g. after a change of the report's wording,
+		// must not cost another 25 minutes of measurements.
+		b, err := os.ReadFile(h.scale.from)
+		if err != nil {
+			return fmt.Errorf("--scale-from: %w", err)
+		}
+		if err := json.Unmarshal(b, &h.scale); err != nil {
+			return fmt.Errorf("--scale-from %s: %w", h.scale.from, err)
+		}
+		if h.scale.DurationSeconds > 0 {
+			h.scale.duration = time.Duration(h.scale.DurationSeconds * float64(time.Second))
+		}
+		return nil
+	}
 	var err error
 	if h.scale.Points, h.scale.Stores, err = parseScale(h.scale.points, h.scale.stores); err != nil {
 		return err
@@ -187,6 +205,7 @@ func (h *harness) runScale(ctx context.Context) error {
 		return nil
 	}
 	h.scale.Took = map[string]float64{}
+	h.scale.DurationSeconds = h.scale.duration.Seconds()
 	h.scale.Failed = map[string]string{}
 	h.scale.Load = map[string]string{}
 	// Only for this run: the other measurements keep etcd's defaults.

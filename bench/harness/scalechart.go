@@ -73,14 +73,17 @@ func (h *harness) scalePanel(m scaleMetric) (*plot.Plot, error) {
 	p.X.Label.TextStyle.Font.Size = vg.Points(8)
 	p.X.Tick.Label.Font.Size = vg.Points(8)
 	p.Y.Tick.Label.Font.Size = vg.Points(8)
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range h.scale.Stores {
 		var xys plotter.XYs
 		for _, pt := range h.scale.pointsOf(s) {
 			v := m.value(pt)
-			if math.IsNaN(v) || v <= 0 {
+			// Only what the growth is classified on: a list of the 10k
+			// objects of the first point is a smaller list, not a point of
+			// the curve.
+			if math.IsNaN(v) || v <= 0 || math.IsNaN(m.cost(pt)) {
 				continue
 			}
 			xys = append(xys, plotter.XY{X: float64(pt.Objects), Y: v})
@@ -102,7 +105,7 @@ func (h *harness) scalePanel(m scaleMetric) (*plot.Plot, error) {
 	for _, n := range h.scale.Points {
 		minX, maxX = min(minX, float64(n)), max(maxX, float64(n))
 	}
-	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	p.X.Scale, p.X.Tick.Marker = plot.LogScale{}, formattedTicks{plot.LogTicks{Prec: -1}, func(v float64) string { return objects(int(math.Round(v))) }}
 	p.X.Min, p.X.Max = minX/1.5, maxX*1.5
 	if math.IsInf(lo, 1) {
 		// Nothing measured: a log axis needs a positive range anyway.
