@@ -97,7 +97,7 @@ func fakeScale(t *testing.T) *harness {
 				p.RSS = memory{RSS: int64(50<<20 + 1000*f)}
 				p.Recovery = []float64{0.5 + f/1e5}
 			} else {
-				p.RSS = memory{RSS: 200 << 20}
+				p.RSS = memory{RSS: 200 << 20, Anon: 100 << 20}
 				p.Recovery = []float64{1, 1.1, 0.9}
 				if n == 1_000_000 {
 					p.ListError = "list returned 5 keys, want 100000"
@@ -123,9 +123,9 @@ func TestWriteScale(t *testing.T) {
 		"- **etcd**: linear (",
 		"**engram-badger**: flat (",
 		"as its structure predicts",
-		"*500 (10k keys)*",                    // the 10k list is a smaller list
-		"list returned 5 keys, want 100000",   // the failed point is reported
-		"| engram-badger | 200 MiB (20972) |", // RSS per object in brackets
+		"*500 (10k keys)*",                                  // the 10k list is a smaller list
+		"list returned 5 keys, want 100000",                 // the failed point is reported
+		"| engram-badger | 200 MiB (20972; anon 100 MiB) |", // RSS per object in brackets
 		"### Watch p99 with 10k watchers",
 		"Load average when each store's run started: etcd 0.50 0.40 0.30",
 		"(scale.png)",
