@@ -56,6 +56,12 @@ type scaleRun struct {
 	duration       time.Duration // of get, create and each watch run
 	etcdQuota      int64         // etcd's --quota-backend-bytes while > 0 (servers.go)
 
+	// Mode, Started and the versions say which run measured the figures,
+	// since the section may be reported again (--scale-from) elsewhere.
+	Mode            string             `json:"mode"`
+	Started         time.Time          `json:"started"`
+	Engram          string             `json:"engram_version"`
+	Etcd            string             `json:"etcd_version"`
 	DurationSeconds float64            `json:"duration_seconds"` // --scale-duration
 	Points          []int              `json:"points"`
 	Stores          []string           `json:"stores"`
@@ -206,6 +212,8 @@ func (h *harness) runScale(ctx context.Context) error {
 	}
 	h.scale.Took = map[string]float64{}
 	h.scale.DurationSeconds = h.scale.duration.Seconds()
+	h.scale.Mode, h.scale.Started = h.mode, time.Now().UTC()
+	h.scale.Engram, h.scale.Etcd = oneLine(h.versions["engram"], 200), oneLine(h.versions["etcd"], 200)
 	h.scale.Failed = map[string]string{}
 	h.scale.Load = map[string]string{}
 	// Only for this run: the other measurements keep etcd's defaults.

@@ -335,6 +335,10 @@ func (h *harness) writeScale(b *strings.Builder) error {
 		return err
 	}
 	w("\n## Cost curves\n\n")
+	if sc.Mode != "" {
+		w("Measured by `%s` on %s (engram: %s; etcd: %s), apart from the other sections' run.\n\n",
+			sc.Mode, sc.Started.Format("2006-01-02 15:04 MST"), sc.Engram, sc.Etcd)
+	}
 	w("One fresh server per store is grown to %s objects in turn (`engram bench --workloads=load --load-batch=%d` loads only the difference: create transactions of %d objects, %d-byte keys in %s order, %d-byte values), ",
 		joinObjects(sc.Points), h.p.rssBatch, h.p.rssBatch, h.p.keySize, h.p.keyOrder, h.p.valueSize)
 	w("spread over prefixes of %s objects each (`--prefix-objects`, as kube-apiserver keeps each resource type under its own prefix; the objects of one prefix are loaded in random order, the prefixes one after the other). At each point, in this order: ", fnum(scaleListKeys))
