@@ -175,6 +175,8 @@ type Store struct {
 	itersMu sync.Mutex
 	iters   map[*iterator]struct{}
 
+	reclaim reclaimer // reclaim.go
+
 	stats struct {
 		batches, groups, conflicts atomic.Uint64
 	}
@@ -264,6 +266,7 @@ func Open(opts Options) (*Store, error) {
 	} else {
 		close(s.gcDone)
 	}
+	s.startReclaim(interval > 0) // reclaim.go; off with GC
 	return s, nil
 }
 
@@ -365,6 +368,9 @@ func clone(b []byte) []byte {
 // Close waits for in-flight calls and queued commits, stops GC, releases
 // open iterators and closes the database. Later calls return kv.ErrClosed.
 func (s *Store) Close() error {
+	// A reclamation holds the gate shared and cannot be interrupted; stop
+	// the loop first so that none starts while Close waits for the gate.
+	s.stopReclaim()
 	s.gate.Lock()
 	defer s.gate.Unlock()
 	if s.closed {

@@ -31,6 +31,10 @@ type commitReq struct {
 	// on done.
 	result error
 	done   chan error
+	// run, when set, is not a batch: the committer calls it between two
+	// groups, with no write in flight, and answers with its error
+	// (reclaim.go flushes the memtable this way).
+	run func() error
 }
 
 // Commit applies ops atomically and durably. It returns after the group
@@ -66,6 +70,7 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("badger: commit not applied: %w", err)
 	}
+	s.noteDeletes(ops) // reclaim.go: what the core deleted drives reclamation
 	select {
 	case s.reqs <- req:
 	case <-ctx.Done():
@@ -137,6 +142,15 @@ func (s *Store) commitGroup(group []*commitReq) {
 	for _, r := range group {
 		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
 			continue // its caller gave up before we got to it
+		}
+		if r.run != nil {
+			if len(members) > 0 {
+				s.applyAndFlush(members)
+				members, size, count = members[:0], 0, 0
+			}
+			r.result = r.run()
+			s.reply(r)
+			continue
 		}
 		if len(members) > 0 && (size+r.size >= s.maxTxnSize || count+r.count >= s.maxTxnCount) {
 			s.applyAndFlush(members)

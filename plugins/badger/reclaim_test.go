@@ -1,0 +1,189 @@
+package badger
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+// diskUse is the allocated size of every file under dir: badger maps its
+// memtable log and value log as sparse files, so apparent sizes say little.
+func diskUse(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Sys().(*syscall.Stat_t).Blocks * 512
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func revKey(i int) []byte { return fmt.Appendf(nil, "h/key/%08d", i) }
+
+// writeRevisions commits n keys of 512 random bytes (incompressible, as
+// distinct objects are) in batches, as the core writes revisions.
+func writeRevisions(t *testing.T, s *Store, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i += 1000 {
+		var ops []kv.Op
+		for j := i; j < min(i+1000, from+n); j++ {
+			v := make([]byte, 512)
+			_, _ = rand.Read(v)
+			ops = append(ops, kv.Put(revKey(j), v))
+		}
+		if err := s.Commit(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReclaimShrinksDisk deletes most of what was written, as a compaction
+// of history does, and checks that Reclaim gives the space back while the
+// live keys stay readable.
+func TestReclaimShrinksDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	// No background loop: the test calls Reclaim itself.
+	s, err := Open(Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const total, live = 60_000, 2_000
+	writeRevisions(t, s, 0, total)
+	for i := live; i < total; i += 5000 {
+		var ops []kv.Op
+		for j := i; j < min(i+5000, total); j++ {
+			ops = append(ops, kv.Delete(revKey(j)))
+		}
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !s.reclaimDue(s.reclaim.deletes.Load()) {
+		t.Errorf("%d deletes of %d keys do not make a reclamation due", total-live, total)
+	}
+	before := diskUse(t, dir)
+	if err := s.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	after := diskUse(t, dir)
+	liveBytes := int64(live * (len(revKey(0)) + 512))
+	t.Logf("disk before %d, after %d bytes; live data %d bytes", before, after, liveBytes)
+	if after > before/4 || after > 3*liveBytes {
+		t.Errorf("disk after reclaiming is %d bytes (before %d, live data %d)", after, before, liveBytes)
+	}
+	if s.reclaimDue(s.reclaim.deletes.Load()) {
+		t.Error("a reclamation is still due right after one")
+	}
+	for _, i := range []int{0, live - 1} {
+		if _, err := s.Get(ctx, revKey(i)); err != nil {
+			t.Errorf("live key %d: %v", i, err)
+		}
+	}
+	for _, i := range []int{live, total - 1} {
+		if _, err := s.Get(ctx, revKey(i)); !errors.Is(err, kv.ErrNotFound) {
+			t.Errorf("deleted key %d: got %v, want ErrNotFound", i, err)
+		}
+	}
+	// The flush marker lives outside the data namespace and is gone.
+	it, err := s.Scan(ctx, kv.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		batch, err := it.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		n += len(batch)
+	}
+	it.Close()
+	if n != live {
+		t.Errorf("scan after reclaiming: %d keys, want %d", n, live)
+	}
+}
+
+// TestReclaimWhileCommitting runs a reclamation while commits arrive: the
+// memtable flush happens between two commit groups, so no commit fails.
+func TestReclaimWhileCommitting(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeRevisions(t, s, 0, 5000)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	started := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				if w == 0 && i == 10 {
+					close(started)
+				}
+				k := revKey(w*1000 + i)
+				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(revKey(5000 + w*1000 + i))}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	<-started
+	if err := s.Reclaim(); err != nil {
+		t.Errorf("Reclaim: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("commit during reclamation: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reclaim(); !errors.Is(err, kv.ErrClosed) {
+		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestReclaimLoopStopsOnClose opens a store with the loop running and
+// closes it: Close must return (the loop exits) and be repeatable.
+func TestReclaimLoopStopsOnClose(t *testing.T) {
+	s := openDisk(t, t.TempDir())
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.reclaim.done:
+	default:
+		t.Error("reclaim loop still running after Close")
+	}
+	if err := s.Close(); !errors.Is(err, kv.ErrClosed) {
+		t.Errorf("second Close: %v", err)
+	}
+}
