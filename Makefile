@@ -15,7 +15,7 @@ ARGS    ?=
 # packages they drive have race-tested tests of their own).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-churn bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
 # Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
@@ -203,6 +203,18 @@ bench-scale: bench-tools
 		--scale=$(BENCH_SCALE) \
 		--out=bin/bench-scale/BENCHMARKS.md --chart=bin/bench-scale/chart.png \
 		--results=bin/bench-scale/results.json $(BENCH_ARGS)
+
+# Disk under churn only (issue 12): etcd and Engram on badger, each a fresh
+# server, BENCH_CHURN (10m) of updates on 10,000 keys with kube-apiserver's
+# compaction every 5 minutes, then each store's reclamation; disk use, and
+# throughput over time. The report and chart go to bin/bench-churn/.
+BENCH_CHURN ?= 10m
+bench-churn: bench-tools
+	./bin/engram-benchrun --mode='make bench-churn' --repeats=0 --rss-objects=0 --profile-dir= \
+		--churn=$(BENCH_CHURN) \
+		--out=bin/bench-churn/BENCHMARKS.md --chart=bin/bench-churn/chart.png \
+		--results=bin/bench-churn/results.json --churn-chart=bin/bench-churn/churn.png \
+		--churn-results=bin/bench-churn/churn.json $(BENCH_ARGS)
 
 # Go micro-benchmarks of the root module's packages (not tests/, whose
 # TestMain builds and starts servers). BENCH_GO_FLAGS adds go test flags,

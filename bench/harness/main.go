@@ -69,6 +69,7 @@ type harness struct {
 	started                            time.Time
 	outMD, outChart, outJSON, repoRoot string
 	scale                              scaleRun // cost curves (scale.go)
+	churn                              churnConfig
 }
 
 type rssResult struct {
@@ -130,6 +131,7 @@ func run() error {
 	flag.BoolVar(&h.snapshot, "snapshot", true, "after loading --rss-objects objects, take `etcdctl snapshot save` of each loaded store and restore the file (etcdutl, engram snapshot restore)")
 	flag.IntVar(&h.p.rssBatch, "rss-batch", 10, "objects per create transaction when loading them (engram bench --load-batch)")
 	h.registerScaleFlags()
+	h.addChurnFlags(flag.CommandLine)
 	flag.Parse()
 	h.stores = strings.Split(stores, ",")
 	h.repoRoot, _ = os.Getwd()
@@ -207,6 +209,9 @@ func run() error {
 		}
 	}
 	if err := h.runScale(ctx); err != nil {
+		return err
+	}
+	if err := h.runChurn(ctx); err != nil {
 		return err
 	}
 	h.machine.LoadAfter = loadavg()

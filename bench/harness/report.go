@@ -252,6 +252,7 @@ func (h *harness) writeReport() error {
 	if err := h.writeScale(&b); err != nil {
 		return err
 	}
+	h.writeChurn(&b)
 	return os.WriteFile(h.outMD, []byte(b.String()), 0o644)
 }
 
