@@ -32,6 +32,7 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 			InMemory:       cfg.Storage.Badger.InMemory,
 			Logger:         logger,
 			GCInterval:     cfg.Storage.Badger.GCInterval,
+			Compression:    cfg.Storage.Badger.Compression,
 			BlockCacheSize: cfg.Storage.Badger.BlockCacheSize,
 			MemTableSize:   cfg.Storage.Badger.MemTableSize,
 			NumMemtables:   cfg.Storage.Badger.NumMemtables,

@@ -117,8 +117,14 @@ type Options struct {
 	// GCInterval is the pause between value-log GC passes; 0 means ten
 	// minutes and a negative value disables GC.
 	GCInterval time.Duration
-	// BlockCacheSize bounds the cache of decompressed table blocks; 0 means
-	// 64 MiB.
+	// Compression is how table blocks are compressed: "none" (or empty),
+	// "snappy" or "zstd". Each table records its own, so a store can be
+	// reopened with another setting; tables are rewritten with it as
+	// compaction reaches them.
+	Compression string
+	// BlockCacheSize bounds the cache of decompressed table blocks; 0
+	// means none without compression (blocks are read in place from the
+	// memory-mapped tables) and 64 MiB with it.
 	BlockCacheSize int64
 	// MemTableSize is the size of one memtable; 0 means 64 MiB. Each
 	// memtable is a Go-heap arena of about 1.3 times this size, and the
@@ -197,8 +203,12 @@ func Open(opts Options) (*Store, error) {
 	if !opts.InMemory && opts.Dir == "" {
 		return nil, errors.New("badger: open: Dir is required unless InMemory is set")
 	}
+	compression, err := ParseCompression(opts.Compression)
+	if err != nil {
+		return nil, fmt.Errorf("badger: open: %w", err)
+	}
 	cache := opts.BlockCacheSize
-	if cache <= 0 {
+	if cache <= 0 && compression != options.None {
 		cache = defaultBlockCacheSize
 	}
 	memtable := opts.MemTableSize
@@ -220,11 +230,16 @@ func Open(opts Options) (*Store, error) {
 		// One goroutine writes, so optimistic conflict detection would only
 		// cost memory (and ErrConflict must never reach callers).
 		WithDetectConflicts(false).
-		// Kubernetes objects are JSON (CRDs, managedFields) or protobuf and
-		// compress well with Snappy, whose CPU cost is small next to the
-		// compaction I/O it saves. Compressed blocks need a block cache;
-		// badger's 256 MiB default is too much for a small control plane.
-		WithCompression(options.Snappy).
+		// No compression by default, as etcd. Badger allocates a
+		// compressed copy of every block beside the raw one while it builds
+		// a table and keeps both in its allocator pool, and compressed
+		// blocks must be decompressed into a block cache to be read: after
+		// loading a million 512-byte objects of random bytes, Snappy held
+		// 1497 MiB of anonymous memory against 945 MiB without it, for 8%
+		// less disk (591 vs 642 MiB), and loaded at half the rate.
+		// Kubernetes objects compress better than random bytes; operators
+		// who would trade memory for disk choose snappy or zstd.
+		WithCompression(compression).
 		WithBlockCacheSize(cache).
 		WithMemTableSize(memtable).
 		WithNumMemtables(memtables).
@@ -444,4 +459,21 @@ func (b slogLogger) emit(level slog.Level, f string, args []any) {
 		return // spare the Sprintf
 	}
 	b.l.Log(ctx, level, strings.TrimSpace(fmt.Sprintf(f, args...)))
+}
+
+// Compressions are the values Options.Compression takes.
+var Compressions = []string{"none", "snappy", "zstd"}
+
+// ParseCompression maps Options.Compression to badger's setting; empty
+// means none.
+func ParseCompression(name string) (options.CompressionType, error) {
+	switch name {
+	case "", "none":
+		return options.None, nil
+	case "snappy":
+		return options.Snappy, nil
+	case "zstd":
+		return options.ZSTD, nil
+	}
+	return options.None, fmt.Errorf("unknown compression %q (want one of %s)", name, strings.Join(Compressions, ", "))
 }

@@ -352,3 +352,40 @@ func drain(t *testing.T, it kv.Iterator) string {
 		}
 	}
 }
+
+// TestCompressionChangesOnReopen writes tables under each compression and
+// reads all of them back under another: each table records its own, so an
+// operator may change the setting on an existing data directory.
+func TestCompressionChangesOnReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	val := bytes.Repeat([]byte("compressible "), 40)
+	n := 0
+	for _, c := range []string{"snappy", "none", "zstd", ""} {
+		s, err := Open(Options{Dir: dir, Compression: c})
+		if err != nil {
+			t.Fatalf("Open(compression %q): %v", c, err)
+		}
+		for i := 0; i < n; i++ {
+			got, err := s.Get(ctx, fmt.Appendf(nil, "k/%05d", i))
+			if err != nil || !bytes.Equal(got, val) {
+				t.Fatalf("compression %q: k/%05d = %q, %v; want the value written before", c, i, got, err)
+			}
+		}
+		var ops []kv.Op
+		for range 500 {
+			ops = append(ops, kv.Put(fmt.Appendf(nil, "k/%05d", n), val))
+			n++
+		}
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		// Close flushes the memtable into a table built with c.
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Open(Options{Dir: t.TempDir(), Compression: "lz4"}); err == nil || !strings.Contains(err.Error(), `unknown compression "lz4"`) {
+		t.Errorf("Open with compression lz4: %v, want an error naming it", err)
+	}
+}

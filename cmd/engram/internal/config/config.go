@@ -197,8 +197,14 @@ type Badger struct {
 	// GCInterval is the pause between value-log garbage collection passes;
 	// a negative value disables value-log GC.
 	GCInterval time.Duration `koanf:"gc-interval" help:"pause between badger value-log GC passes (negative disables)"`
+	// Compression compresses table blocks: none (the default, as etcd),
+	// snappy or zstd. Compression saves disk on compressible objects but
+	// costs memory: badger holds a compressed copy of each block beside the
+	// raw one while building tables, and reads need a block cache.
+	Compression string `koanf:"compression" help:"badger table compression: none, snappy or zstd (memory for disk)"`
 	// BlockCacheSize bounds badger's cache of decompressed table blocks, in
-	// bytes; 0 uses the engine's default (64 MiB).
+	// bytes; 0 uses the engine's default (none without compression, 64
+	// MiB with it).
 	BlockCacheSize int64 `koanf:"block-cache-size" help:"badger block cache in bytes (0 = engine default)"`
 	// MemTableSize is the size of one badger memtable, in bytes; 0 uses
 	// the engine's default (64 MiB). Each memtable costs about 1.3 times
@@ -316,10 +322,10 @@ func Default() Config {
 		ListenClientURLs: []string{"http://127.0.0.1:2379"},
 		DataDir:          "./data",
 		Storage: Storage{Engine: EngineBadger, Badger: Badger{
-			GCInterval:     10 * time.Minute,
-			BlockCacheSize: 64 << 20,
-			MemTableSize:   64 << 20,
-			NumMemtables:   3,
+			GCInterval:   10 * time.Minute,
+			Compression:  "none",
+			MemTableSize: 64 << 20,
+			NumMemtables: 3,
 		}, Wasm: Wasm{
 			PoolSize:    4,
 			MemoryLimit: 256 << 20,
@@ -404,6 +410,11 @@ func (c *Config) Validate() error {
 	case EngineBadger:
 		if !c.Storage.Badger.InMemory && strings.TrimSpace(c.DataDir) == "" {
 			bad("data-dir", "must not be empty with storage.engine=badger")
+		}
+		switch c.Storage.Badger.Compression {
+		case "", "none", "snappy", "zstd":
+		default:
+			bad("storage.badger.compression", "must be none, snappy or zstd, got %q", c.Storage.Badger.Compression)
 		}
 		if c.Storage.Badger.BlockCacheSize < 0 {
 			bad("storage.badger.block-cache-size", "must not be negative, got %d", c.Storage.Badger.BlockCacheSize)
