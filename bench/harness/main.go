@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -59,7 +58,8 @@ type harness struct {
 	snapSkipped                        string // why no snapshot was measured
 	snap                               map[string]snapResult
 	etcdctlBin, etcdutlBin             string
-	profileTop                         string
+	profiles                           map[string]string              // workload -> CPU profile top of engram-badger
+	cpu                                map[string]map[string][]cpuUse // store -> workload -> one per repeat
 	goBench                            bool
 	goBenchOut                         string
 	goBenchFlags                       string
@@ -96,6 +96,7 @@ func run() error {
 		commands: map[string][]string{},
 		rss:      map[string]rssResult{},
 		snap:     map[string]snapResult{},
+		cpu:      map[string]map[string][]cpuUse{},
 		versions: map[string]string{},
 		started:  time.Now(),
 	}
@@ -112,7 +113,7 @@ func run() error {
 	flag.StringVar(&h.outMD, "out", "BENCHMARKS.md", "report to write")
 	flag.StringVar(&h.outChart, "chart", "bench/results/chart.png", "chart to write (path relative to the report's directory is used in the report)")
 	flag.StringVar(&h.outJSON, "results", "bench/results/results.json", "every run's raw engram bench report, as JSON")
-	flag.StringVar(&h.profileDir, "profile-dir", "bench/results", "where to save a CPU profile of engram-badger during the first create run (empty: none)")
+	flag.StringVar(&h.profileDir, "profile-dir", "bench/results", "where to save CPU profiles of engram-badger during each workload of the first repeat (empty: none)")
 	flag.BoolVar(&h.goBench, "go-bench", false, "also run `make bench-go` and include its output")
 	flag.StringVar(&h.goBenchFlags, "go-bench-flags", "-benchtime=300ms", "BENCH_GO_FLAGS for make bench-go")
 	flag.IntVar(&h.p.clients, "clients", 300, "engram bench --clients")
@@ -249,19 +250,14 @@ func (h *harness) benchStore(ctx context.Context, store string, rep int) error {
 	args := h.benchArgs(srv.endpoint, jsonPath, workloadsFor(store))
 	h.log.Info("benchmarking", "store", store, "repeat", rep+1, "endpoint", srv.endpoint)
 
-	profileDone := make(chan string, 1)
-	if rep == 0 && store == storeBadger && h.profileDir != "" {
-		go func() { profileDone <- h.profile(ctx, srv) }()
-	} else {
-		profileDone <- ""
-	}
+	// --verbose logs the measured intervals, which the harness reads to
+	// profile the server and meter its CPU time.
+	args = append(args, "--verbose")
+	profile := rep == 0 && store == storeBadger && h.profileDir != ""
 	cmd := exec.CommandContext(ctx, h.engramBin, args...)
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
-	if err := cmd.Run(); err != nil {
+	cmd.Stdout = io.Discard
+	if err := h.runBench(ctx, cmd, store, srv, profile); err != nil {
 		return fmt.Errorf("engram bench: %w (server log %s:\n%s)", err, srv.log, tail(srv.log))
-	}
-	if top := <-profileDone; top != "" {
-		h.profileTop = top
 	}
 	r, err := result.ReadJSON(jsonPath)
 	if err != nil {
@@ -272,47 +268,6 @@ func (h *harness) benchStore(ctx context.Context, store string, rep int) error {
 		h.commands[store] = []string{srv.command(), "engram " + strings.Join(args, " ")}
 	}
 	return nil
-}
-
-// profile takes a CPU profile of Engram during the create workload, the
-// first one engram bench runs, and returns pprof's top functions.
-func (h *harness) profile(ctx context.Context, srv *server) string {
-	secs := max(1, int(h.p.duration.Seconds())-1)
-	// engram bench connects and starts create within a fraction of a second.
-	time.Sleep(500 * time.Millisecond)
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.httpAddr, secs)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return ""
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		h.log.Warn("profile", "err", err)
-		return ""
-	}
-	defer resp.Body.Close()
-	if err := os.MkdirAll(h.profileDir, 0o755); err != nil {
-		return ""
-	}
-	path := filepath.Join(h.profileDir, "engram-badger-create.cpu.pprof")
-	f, err := os.Create(path)
-	if err != nil {
-		return ""
-	}
-	_, err = io.Copy(f, resp.Body)
-	f.Close()
-	if err != nil {
-		h.log.Warn("profile", "err", err)
-		return ""
-	}
-	// Cumulative order shows where the time goes (transport, MVCC, engine,
-	// fsync) rather than which leaf functions are hot.
-	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-cum", "-nodecount=45", h.engramBin, path).CombinedOutput()
-	if err != nil {
-		h.log.Warn("pprof -top", "err", err, "out", string(out))
-		return ""
-	}
-	return fmt.Sprintf("$ go tool pprof -top -cum -nodecount=45 bin/engram %s\n%s", path, out)
 }
 
 // measureRSS loads rssObjects objects into a fresh store and reads its

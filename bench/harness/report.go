@@ -187,6 +187,7 @@ func (h *harness) writeReport() error {
 		}
 		w("| %s | %s | %d | %d | %d | %d | %d | %.2f%% |\n", s, fnum(worst.WriteRate), worst.Expected, worst.Received, worst.Missing, worst.Duplicates, worst.OutOfOrder, 100*worst.Delivered())
 	}
+	h.writeCPU(&b, stores)
 	if samples := h.errorSamples(stores); samples != "" {
 		w("\nErrors seen (first distinct messages):\n\n%s", samples)
 	}
@@ -216,7 +217,7 @@ func (h *harness) writeReport() error {
 
 	h.writeSnapshot(&b)
 
-	w("\n## Issue 5 targets (Engram on badger unless named)\n\n")
+	w("\n## Targets (issue 12; Engram on badger unless named)\n\n")
 	h.writeTargets(&b)
 
 	w("\n## Commands\n\n")
@@ -241,10 +242,7 @@ func (h *harness) writeReport() error {
 	}
 	w("```\n\nRaw results of every run: [`%s`](%s).\n", h.relToReport(h.outJSON), h.relToReport(h.outJSON))
 
-	if h.profileTop != "" {
-		w("\n## CPU profile: Engram on badger during create\n\n")
-		w("Taken from `/debug/pprof/profile` during the first create run (saved next to the chart). The load generator ran on the same cores.\n\n```\n%s```\n", h.profileTop)
-	}
+	h.writeProfiles(&b)
 	if h.goBench {
 		w("\n## Go benchmarks\n\n`make bench-go BENCH_GO_FLAGS=%s` (`go test -run='^$' -bench=. -benchmem %s` over the root module's packages but tests/, took %s):\n\n```\n%s```\n",
 			h.goBenchFlags, h.goBenchFlags, h.goBenchTook.Round(time.Second), h.goBenchOut)
@@ -338,7 +336,9 @@ func (h *harness) errorSamples(stores []string) string {
 	return b.String()
 }
 
-// writeTargets lists each target of issue 5 with the measured value.
+// writeTargets lists each target of issue 12 with the measured value: the
+// throughput targets are fractions of the ceiling measured in the same run,
+// the only bound this machine can judge a store by.
 func (h *harness) writeTargets(b *strings.Builder) {
 	t := func(s, wl string) float64 { return median(h.results(s, wl), tput) }
 	met := func(ok bool, known bool) string {
@@ -358,29 +358,16 @@ func (h *harness) writeTargets(b *strings.Builder) {
 		}
 		return true
 	}
-	var unreachable []string
 	fmt.Fprintf(b, "| target | required | measured (etcd for reference) | |\n| --- | --- | --- | --- |\n")
 	row := func(name, req, measured string, ok, k bool) {
 		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", name, req, measured, met(ok, k))
 	}
-	for _, c := range []struct {
-		wl   string
-		need float64
-	}{{"get", 0.85}, {"create", 0.75}} {
-		bd, et, ce := t(storeBadger, c.wl), t(storeEtcd, c.wl), t(storeCeiling, c.wl)
-		row(c.wl+" / ceiling", fmt.Sprintf("≥ %.2f", c.need), fmt.Sprintf("%s (etcd %s)", ratio(bd, ce), ratio(et, ce)), bd/ce >= c.need, known(bd, ce))
-	}
-	for _, c := range []struct {
-		wl   string
-		need float64
-	}{{"update", 2}, {"delete", 2}, {"list", 1.5}} {
-		bd, et, mk, ce := t(storeBadger, c.wl), t(storeEtcd, c.wl), t(storeMemkv, c.wl), t(storeCeiling, c.wl)
-		// The ceiling's own ratio is the most any store can reach here;
-		// memkv's shows what the core reaches without a durable engine.
-		row(c.wl+" / etcd", fmt.Sprintf("≥ %.1f×", c.need), fmt.Sprintf("%s (engram-memkv %s, ceiling %s)", ratio(bd, et), ratio(mk, et), ratio(ce, et)), bd/et >= c.need, known(bd, et))
-		if known(ce, et) && ce/et < c.need {
-			unreachable = append(unreachable, fmt.Sprintf("%s (the ceiling reached %s etcd)", c.wl, ratio(ce, et)))
-		}
+	for _, c := range ceilingTargets {
+		bd, et, mk, ce := t(storeBadger, c.workload), t(storeEtcd, c.workload), t(storeMemkv, c.workload), t(storeCeiling, c.workload)
+		// memkv's ratio shows what the core reaches without a durable
+		// engine, so a miss can be placed in the core or in the engine.
+		row(c.workload+" / ceiling", fmt.Sprintf("≥ %.2f", c.need),
+			fmt.Sprintf("%s (etcd %s, engram-memkv %s)", ratio(bd, ce), ratio(et, ce), ratio(mk, ce)), bd/ce >= c.need, known(bd, ce))
 	}
 	worst := func(s string) float64 {
 		v := math.NaN()
@@ -394,9 +381,9 @@ func (h *harness) writeTargets(b *strings.Builder) {
 	d := worst(storeBadger)
 	row(fmt.Sprintf("watch delivery, %d watchers", h.p.watchers), "100%", fmt.Sprintf("%.2f%% (etcd %.2f%%)", 100*d, 100*worst(storeEtcd)), d == 1, known(d))
 	bp, ep := median(h.results(storeBadger, "watch"), p99), median(h.results(storeEtcd, "watch"), p99)
-	row("watch p99 delivery latency", "≤ etcd's", fmt.Sprintf("%s ms (etcd %s ms)", fms(bp), fms(ep)), bp <= ep, known(bp, ep))
+	row(fmt.Sprintf("watch p99 delivery latency, %d watchers", h.p.watchers), "≤ etcd's", fmt.Sprintf("%s ms (etcd %s ms)", fms(bp), fms(ep)), bp <= ep, known(bp, ep))
 	if _, skip := h.skipped[storeWasm]; skip || len(h.runs[storeWasm]) == 0 {
-		row("memkv.wasm / memkv, every workload", "≥ 0.80", "–", false, false)
+		row("memkv.wasm / native memkv, every workload", fmt.Sprintf("≥ %.2f", wasmNeed), "–", false, false)
 	} else {
 		lo, at := math.Inf(1), ""
 		for _, wl := range allWorkloads {
@@ -404,13 +391,33 @@ func (h *harness) writeTargets(b *strings.Builder) {
 				lo, at = r, wl
 			}
 		}
-		row("memkv.wasm / memkv, every workload", "≥ 0.80", fmt.Sprintf("lowest %.2f× (%s)", lo, at), lo >= 0.8, known(lo))
+		row("memkv.wasm / native memkv, every workload", fmt.Sprintf("≥ %.2f (within 15%%)", wasmNeed), fmt.Sprintf("lowest %.2f× (%s)", lo, at), lo >= wasmNeed, known(lo))
 	}
 	br, er := float64(h.rss[storeBadger].Loaded.RSS), float64(h.rss[storeEtcd].Loaded.RSS)
-	row(fmt.Sprintf("RSS after %d objects", h.p.rssObjects), "≤ etcd's", fmt.Sprintf("%s vs etcd %s (%s)", mib(int64(br)), mib(int64(er)), ratio(br, er)), br <= er, known(br, er))
-	if len(unreachable) > 0 {
-		fmt.Fprintf(b, "\nIn this run no store could have met the target for %s: the ceiling server, which answers without storing anything, is the most any store reaches on this machine with the load generator beside it.\n", strings.Join(unreachable, " and "))
+	ba, ea := float64(h.rss[storeBadger].Loaded.Anon), float64(h.rss[storeEtcd].Loaded.Anon)
+	row(fmt.Sprintf("RSS after %d objects", h.p.rssObjects), "≤ etcd's",
+		fmt.Sprintf("%s vs etcd %s (%s; anonymous %s vs %s)", mib(int64(br)), mib(int64(er)), ratio(br, er), mib(int64(ba)), mib(int64(ea))), br <= er, known(br, er))
+	for _, r := range h.churnTargets() {
+		row(r.name, r.required, r.measured, r.ok, r.known)
 	}
+}
+
+// ceilingTargets are issue 12's throughput targets for Engram on badger, as
+// fractions of the ceiling's median throughput in the same run.
+var ceilingTargets = []struct {
+	workload string
+	need     float64
+}{{"create", 0.80}, {"update", 0.90}, {"delete", 0.80}, {"list", 0.85}, {"get", 0.90}}
+
+// wasmNeed is the lowest memkv.wasm / native memkv throughput ratio the
+// plugin host may cost on any workload.
+const wasmNeed = 0.85
+
+// targetRow is one line of the targets table contributed by another
+// section (the churn run).
+type targetRow struct {
+	name, required, measured string
+	ok, known                bool
 }
 
 // writeRaw saves every run's report.
