@@ -178,12 +178,16 @@ bench-tools: build
 	fi
 	cd bench/harness && $(GO) build -trimpath -o ../../bin/engram-benchrun .
 
-# The full run: every store, 3 repeats of 5 s per workload, memory after
-# BENCH_RSS_OBJECTS objects, the Go benchmarks; writes BENCHMARKS.md and
-# bench/results/. About 17 minutes on 2 cores (the snapshot and restore of the loaded objects add 1.5-2).
+# The full run: every store, 3 repeats of 5 s per workload with a server
+# CPU profile of each, memory after BENCH_RSS_OBJECTS objects with a
+# snapshot and restore of them, the Go benchmarks, the cost curves
+# (bench-scale's part) and the disk under churn (bench-churn's part); writes
+# BENCHMARKS.md and bench/results/. About 70 minutes on 2 cores: 17 for the
+# workloads and memory, 25 for the cost curves, 25 for the churn.
 bench: bench-tools
 	./bin/engram-benchrun --mode='make bench' --repeats=3 --duration=5s \
-		--rss-objects=$(BENCH_RSS_OBJECTS) --go-bench $(BENCH_ARGS)
+		--rss-objects=$(BENCH_RSS_OBJECTS) --go-bench \
+		--scale=$(BENCH_SCALE) --churn=$(BENCH_CHURN) $(BENCH_ARGS)
 
 # A smoke run (about 2 minutes): one repeat of 2 s, a small memory load; its
 # report goes to bin/bench-quick/, leaving BENCHMARKS.md alone.

@@ -305,6 +305,9 @@ func (h *harness) measureRSS(ctx context.Context, store string) error {
 	if res.Loaded, err = srv.memory(); err != nil {
 		return err
 	}
+	if store == storeBadger {
+		h.saveHeapProfile(ctx, srv, fmt.Sprintf("%s-after-%d-objects", store, h.p.rssObjects))
+	}
 	h.rss[store] = res
 	if _, ok := h.commands["load"]; !ok {
 		h.commands["load"] = []string{"engram " + strings.Join(args, " ")}

@@ -266,3 +266,41 @@ func medianOf(v []float64) float64 {
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
+
+// saveHeapProfile saves srv's heap profile (what holds the memory the
+// report's memory table shows) as <profile-dir>/profiles/<name>.heap.pprof.
+func (h *harness) saveHeapProfile(ctx context.Context, srv *server, name string) {
+	if h.profileDir == "" || srv.httpAddr == "" {
+		return
+	}
+	err := func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+srv.httpAddr+"/debug/pprof/heap", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("heap profile: %s", resp.Status)
+		}
+		dir := filepath.Join(h.profileDir, "profiles")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(dir, name+".heap.pprof"))
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, resp.Body); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}()
+	if err != nil {
+		h.log.Warn("heap profile", "server", srv.name, "err", err)
+	}
+}
