@@ -55,6 +55,7 @@ type scaleRun struct {
 	from           string        // --scale-from: a scale.json to report instead of measuring
 	duration       time.Duration // of get, create and each watch run
 	etcdQuota      int64         // etcd's --quota-backend-bytes while > 0 (servers.go)
+	startTimeout   time.Duration // tryStart's wait for readiness while > 0 (servers.go)
 
 	// Mode, Started and the versions say which run measured the figures,
 	// since the section may be reported again (--scale-from) elsewhere.
@@ -426,7 +427,9 @@ func (h *harness) killAndRecover(ctx context.Context, srv *server) (float64, *se
 		return 0, nil, fmt.Errorf("kill -9: %w", err)
 	}
 	<-srv.exited
+	h.scale.startTimeout = 10 * time.Minute
 	next, err := h.startOn(ctx, srv.name, dir)
+	h.scale.startTimeout = 0
 	if err != nil {
 		return 0, nil, fmt.Errorf("restart after kill -9: %w", err)
 	}

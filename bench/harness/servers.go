@@ -129,7 +129,12 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 		_ = s.cmd.Wait()
 		close(s.exited)
 	}()
-	rctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	startTimeout := 60 * time.Second
+	if h.scale.startTimeout > 0 {
+		// A restart on millions of objects (etcd rebuilds its index) takes longer.
+		startTimeout = h.scale.startTimeout
+	}
+	rctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	for {
 		err := ready(rctx)
@@ -141,7 +146,7 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 			return nil, fmt.Errorf("%s exited during start; log %s:\n%s", kind, s.log, tail(s.log))
 		case <-rctx.Done():
 			s.stop()
-			return nil, fmt.Errorf("%s not ready after 60s: %w", kind, err)
+			return nil, fmt.Errorf("%s not ready after %s: %w", kind, startTimeout, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
