@@ -103,6 +103,9 @@ type scalePoint struct {
 	// by the restarted server, once per restart.
 	Recovery      []float64 `json:"recovery_seconds"`
 	RecoveryError string    `json:"recovery_error,omitempty"`
+	// RecoveryAtLeast is how long a restart that never served ran: a
+	// lower bound of the recovery time.
+	RecoveryAtLeast float64 `json:"recovery_at_least_seconds,omitempty"`
 	Error         string    `json:"error,omitempty"`
 }
 
@@ -376,6 +379,7 @@ func (h *harness) scalePoint(ctx context.Context, srv *server, pt *scalePoint, l
 		}
 		if err != nil {
 			pt.RecoveryError = err.Error()
+			pt.RecoveryAtLeast = secs
 			return srv, err
 		}
 		pt.Recovery = append(pt.Recovery, secs)
@@ -431,7 +435,7 @@ func (h *harness) killAndRecover(ctx context.Context, srv *server) (float64, *se
 	next, err := h.startOn(ctx, srv.name, dir)
 	h.scale.startTimeout = 0
 	if err != nil {
-		return 0, nil, fmt.Errorf("restart after kill -9: %w", err)
+		return time.Since(start).Seconds(), nil, fmt.Errorf("restart after kill -9: %w", err)
 	}
 	// Ready (etcd /health, Engram /readyz) is not the same as serving:
 	// the time ends at the first Range answered.

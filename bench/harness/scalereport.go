@@ -429,6 +429,9 @@ func (h *harness) writeScale(b *strings.Builder) error {
 // and disk and the delivery for watch.
 func (h *harness) scaleCell(m scaleMetric, p scalePoint) string {
 	v := m.value(p)
+	if m.key == "recovery" && math.IsNaN(v) && p.RecoveryAtLeast > 0 {
+		return "> " + fsecs(p.RecoveryAtLeast) + " (never served)"
+	}
 	if math.IsNaN(v) {
 		return "–"
 	}
