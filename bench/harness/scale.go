@@ -106,7 +106,7 @@ type scalePoint struct {
 	// RecoveryAtLeast is how long a restart that never served ran: a
 	// lower bound of the recovery time.
 	RecoveryAtLeast float64 `json:"recovery_at_least_seconds,omitempty"`
-	Error         string    `json:"error,omitempty"`
+	Error           string  `json:"error,omitempty"`
 }
 
 // scaleOp is a throughput measurement.
