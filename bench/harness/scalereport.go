@@ -430,7 +430,7 @@ func (h *harness) writeScale(b *strings.Builder) error {
 func (h *harness) scaleCell(m scaleMetric, p scalePoint) string {
 	v := m.value(p)
 	if m.key == "recovery" && math.IsNaN(v) && p.RecoveryAtLeast > 0 {
-		return "> " + fsecs(p.RecoveryAtLeast) + " (never served)"
+		return "> " + fsecs(p.RecoveryAtLeast) + " (not serving yet when the wait ended)"
 	}
 	if math.IsNaN(v) {
 		return "–"
