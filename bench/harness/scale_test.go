@@ -29,6 +29,7 @@ func TestClassify(t *testing.T) {
 		{"linear with a fixed part", ns, []float64{60e6, 100e6, 500e6, 2300e6}, growthLinear},
 		{"pure linear", ns, []float64{1, 10, 100, 500}, growthLinear},
 		{"logarithmic", ns, logOf(10, 5), growthLog},
+		{"slow affine growth is not linear", ns[1:], []float64{6382, 7172, 9445}, growthLog},
 		{"falling", ns, []float64{100, 80, 60, 40}, growthFalls},
 		{"faster than linear", ns, []float64{1, 100, 10_000, 250_000}, growthSuperlinear},
 		{"two points, tenfold", ns[:2], []float64{1, 9}, growthLinear},

@@ -21,6 +21,9 @@ const (
 // machine move by that much without any change in the data.
 const flatTolerance = 0.25
 
+// minLinearExponent is the least log-log slope called linear.
+const minLinearExponent = 0.4
+
 // growth is how a cost y grew over object counts n.
 type growth struct {
 	Class string
@@ -74,7 +77,11 @@ func classify(ns []int, ys []float64) growth {
 	default:
 		_, _, sseLog := fitLine(lx, vs)
 		_, _, sseLin := fitLine(xs, vs)
-		if sseLin <= sseLog {
+		// An affine fit can win on a cost that grew by half over 50 times
+		// the data; its marginal part is then small beside its fixed
+		// part, and "linear" would mislead: below minLinearExponent the
+		// cost grows far slower than the data.
+		if sseLin <= sseLog && g.Exponent >= minLinearExponent {
 			g.Class = growthLinear
 		} else {
 			g.Class = growthLog
@@ -180,6 +187,8 @@ func fbytes(v float64) string {
 		return fmt.Sprintf("%.2f GiB", v/(1<<30))
 	case v >= 1<<20:
 		return fmt.Sprintf("%.0f MiB", v/(1<<20))
+	case v >= 1<<10:
+		return fmt.Sprintf("%.0f KiB", v/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", v)
 }
@@ -354,7 +363,7 @@ func (h *harness) writeScale(b *strings.Builder) error {
 	}
 	w("Raw results: [`%s`](%s).\n\n", h.relToReport(h.scaleJSONPath()), h.relToReport(h.scaleJSONPath()))
 	w("How each cost grows is classified from the measured points alone: flat when the cost at the largest point is within %.0f%% of the smallest; ", 100*flatTolerance)
-	w("otherwise logarithmic or linear by the better least-squares fit of cost = a + b·ln N against cost = a + b·N (with two points: log-log slope below 0.6 is logarithmic); ")
+	w("otherwise logarithmic or linear by the better least-squares fit of cost = a + b·ln N against cost = a + b·N, linear only with a log-log slope of at least %.1f (with two points: log-log slope below 0.6 is logarithmic); ", minLinearExponent)
 	w("throughputs are classified by their inverse, the time per operation. The mechanism named after each is what the store's structure predicts, and the sentence says when the measurement disagrees with it.\n\n")
 	w("![cost curves](%s)\n\n", h.relToReport(chart))
 	var took []string
