@@ -187,3 +187,24 @@ func TestReclaimLoopStopsOnClose(t *testing.T) {
 		t.Errorf("second Close: %v", err)
 	}
 }
+
+// TestFlushedThrough checks what the reclamation of a busy store waits for:
+// writes still in the memtable are not in a table until a flush.
+func TestFlushedThrough(t *testing.T) {
+	s, err := Open(Options{Dir: t.TempDir(), GCInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	writeRevisions(t, s, 0, 100)
+	ts := s.lastCommitTs()
+	if s.flushedThrough(ts) {
+		t.Fatal("writes in the memtable reported as flushed")
+	}
+	if err := s.Reclaim(); err != nil {
+		t.Fatal(err)
+	}
+	if !s.flushedThrough(ts) {
+		t.Error("writes not reported as flushed after a forced flush")
+	}
+}
