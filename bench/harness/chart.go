@@ -87,10 +87,16 @@ func (h *harness) writeChart(path string, workloads []string, stores []string) e
 		}
 		rows = append(rows, row)
 	}
-	width, height := 11*vg.Inch, vg.Length(len(rows))*2.2*vg.Inch
+	return writeGrid(path, rows, 2, 2.2*vg.Inch, vg.Points(16))
+}
+
+// writeGrid draws rows of plots, aligned, cols wide and rowHeight tall each
+// row, into a PNG at path.
+func writeGrid(path string, rows [][]*plot.Plot, cols int, rowHeight, pad vg.Length) error {
+	width, height := 11*vg.Inch, vg.Length(len(rows))*rowHeight
 	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: 2, PadX: vg.Points(16), PadY: vg.Points(16),
+	tiles := draw.Tiles{Rows: len(rows), Cols: cols, PadX: pad, PadY: pad,
 		PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(8)}
 	canvases := plot.Align(rows, tiles, dc)
 	for i := range rows {
@@ -103,11 +109,11 @@ func (h *harness) writeChart(path string, workloads []string, stores []string) e
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return fmt.Errorf("chart: %w", err)
+		return fmt.Errorf("chart %s: %w", path, err)
 	}
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
 		f.Close()
-		return fmt.Errorf("chart: %w", err)
+		return fmt.Errorf("chart %s: %w", path, err)
 	}
 	return f.Close()
 }

@@ -3,15 +3,11 @@ package main
 import (
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // writeScaleChart draws one panel per cost: a line per store over the
@@ -36,29 +32,7 @@ func (h *harness) writeScaleChart(path string, metrics []scaleMetric) error {
 		e.HideAxes()
 		rows[len(rows)-1] = append(last, e)
 	}
-	width, height := 11*vg.Inch, vg.Length(len(rows))*2.6*vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(96))
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(rows), Cols: cols, PadX: vg.Points(20), PadY: vg.Points(20),
-		PadTop: vg.Points(8), PadBottom: vg.Points(8), PadLeft: vg.Points(8), PadRight: vg.Points(8)}
-	canvases := plot.Align(rows, tiles, dc)
-	for i := range rows {
-		for j := range rows[i] {
-			rows[i][j].Draw(canvases[i][j])
-		}
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("scale chart dir: %w", err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("scale chart: %w", err)
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return fmt.Errorf("scale chart: %w", err)
-	}
-	return f.Close()
+	return writeGrid(path, rows, cols, 2.6*vg.Inch, vg.Points(20))
 }
 
 // scalePanel is one metric's panel.
