@@ -143,6 +143,11 @@ type scaleMetric struct {
 	// expect is the class each store's structure predicts ("" when it
 	// predicts none), why the mechanism behind it.
 	expect, why map[string]string
+	// floor is the smallest cost the measurement resolves; smaller costs
+	// are raised to it before classifying, since a ratio to a near-zero
+	// point says nothing (a list that added 1 byte of RSS at one point
+	// made the next one "×5e8, faster than linear").
+	floor float64
 }
 
 func nan() float64 { return math.NaN() }
@@ -259,6 +264,9 @@ func scaleMetrics() []scaleMetric {
 				return listRSS(p)
 			},
 			format: fbytes,
+			// VmRSS sampled every 20 ms moves by a few MiB with no list
+			// running (heap growth, page cache of mapped files).
+			floor:  4 << 20,
 			expect: map[string]string{storeEtcd: growthFlat, storeBadger: growthFlat},
 			why: map[string]string{
 				storeEtcd:   "pages of 500 are read and sent one at a time, so what a list holds at once depends on the page, not on N (bbolt's file pages the list touches are mapped and count in VmRSS too)",
@@ -421,7 +429,7 @@ func (h *harness) writeScale(b *strings.Builder) error {
 			var ns []int
 			var ys []float64
 			for _, p := range pts {
-				ns, ys = append(ns, p.Objects), append(ys, m.cost(p))
+				ns, ys = append(ns, p.Objects), append(ys, max(m.cost(p), m.floor)) // NaN stays NaN
 			}
 			w("- %s\n", growthSentence(m, s, classify(ns, ys)))
 		}
