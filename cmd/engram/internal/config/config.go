@@ -208,12 +208,13 @@ type Badger struct {
 	BlockCacheSize int64 `koanf:"block-cache-size" help:"badger block cache in bytes (0 = engine default)"`
 	// MemTableSize is the size of one badger memtable, in bytes; 0 uses
 	// the engine's default (64 MiB). Each memtable costs about 1.3 times
-	// this in heap, and flushing one leaves a table-builder buffer of about
-	// twice this in badger's allocator pool, so it drives resident memory.
+	// this in heap; badger's pooled table-builder buffers, which dominate
+	// resident memory after a large load, grow with compaction's tables as
+	// much as with this (see plugins/badger Options.MemTableSize).
 	// One atomic commit is limited to 15% of it: raise it if commits fail
 	// with "batch too large" (at 64 MiB, a DeleteRange of about 12000
 	// keys is the most one revision can write; at 16 MiB, about 3000).
-	MemTableSize int64 `koanf:"memtable-size" help:"badger memtable size in bytes (0 = engine default); memory grows with it"`
+	MemTableSize int64 `koanf:"memtable-size" help:"badger memtable size in bytes (0 = engine default); caps one commit at 15% of it"`
 	// NumMemtables is how many memtables may be full and waiting for a
 	// flush before writes wait; 0 uses the engine's default (3).
 	NumMemtables int `koanf:"num-memtables" help:"badger memtables allowed before writes wait for a flush (0 = engine default)"`
