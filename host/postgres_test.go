@@ -447,7 +447,7 @@ func sqlCommitCuts(t *testing.T, p *Plugin, target string, config func(addr stri
 		t.Errorf("proxy cut %d connections, want 4", px.cuts)
 	}
 
-	// Engram resolves an uncertain commit by reading back (core/retry);
+	// Engram resolves an uncertain commit by reading back (core/internal/retry);
 	// through the whole server, the same cut must end in one clear
 	// answer, and the store must hold what that answer says.
 	srv := servertest.Start(t, servertest.Options{Store: s})

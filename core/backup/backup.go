@@ -17,8 +17,8 @@ import (
 	"os"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/mvcc"
 	"github.com/engramkv/engram/core/snapshot"
 )
 

@@ -15,8 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/engramkv/engram/core/backup"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/mvcc"
 	"github.com/engramkv/engram/core/snapshot"
 	"github.com/engramkv/engram/host"
 	"github.com/engramkv/engram/internal/etcdtest"

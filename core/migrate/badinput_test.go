@@ -10,8 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/migrate"
-	"github.com/engramkv/engram/core/mvcc"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
 )

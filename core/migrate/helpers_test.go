@@ -18,9 +18,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/migrate"
-	"github.com/engramkv/engram/core/mvcc"
 	"github.com/engramkv/engram/internal/etcdtest"
 	"github.com/engramkv/engram/plugins/badger"
 )

@@ -42,8 +42,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/mvcc"
 	"github.com/engramkv/engram/core/snapshot"
 )
 

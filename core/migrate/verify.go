@@ -10,8 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/mvcc"
 )
 
 // ErrMismatch means the target does not hold what the source holds.

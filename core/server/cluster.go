@@ -14,11 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/engramkv/engram/core/coder"
-	"github.com/engramkv/engram/core/election"
-	"github.com/engramkv/engram/core/etcdapi"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/election"
+	"github.com/engramkv/engram/core/internal/etcdapi"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/mvcc"
 )
 
 // A clustered node starts as a follower: it serves reads from a read-only

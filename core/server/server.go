@@ -25,13 +25,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
-	"github.com/engramkv/engram/core/compaction"
-	"github.com/engramkv/engram/core/election"
-	"github.com/engramkv/engram/core/etcdapi"
+	"github.com/engramkv/engram/core/internal/compaction"
+	"github.com/engramkv/engram/core/internal/election"
+	"github.com/engramkv/engram/core/internal/etcdapi"
+	"github.com/engramkv/engram/core/internal/lease"
+	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/watch"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/lease"
-	"github.com/engramkv/engram/core/mvcc"
-	"github.com/engramkv/engram/core/watch"
 )
 
 // Options configures a Server. The zero value of every field but Store is a

@@ -194,7 +194,7 @@ func TestCheckerTiming(t *testing.T) {
 }
 
 // TestCheckerWriteAppliedTwice replays, in small, what run (c) recorded
-// before core/etcdapi stopped answering Canceled for a forwarded write cut by
+// before core/internal/etcdapi stopped answering Canceled for a forwarded write cut by
 // a leader change: the client resent the Put, which the old route had
 // already applied, so one Put shows at two revisions and its answer names
 // itself as the previous value.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"sort"
 
+	"github.com/engramkv/engram/core/internal/coder"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -145,15 +146,7 @@ func (l Limits) checkOp(op *pb.RequestOp) error {
 
 type interval struct{ key, end []byte }
 
-func (iv interval) contains(k []byte) bool {
-	if len(iv.end) == 0 {
-		return bytes.Equal(k, iv.key)
-	}
-	if bytes.Compare(k, iv.key) < 0 {
-		return false
-	}
-	return len(iv.end) == 1 && iv.end[0] == 0 || bytes.Compare(k, iv.end) < 0
-}
+func (iv interval) contains(k []byte) bool { return coder.InRange(k, iv.key, iv.end) }
 
 // checkIntervals enforces etcd's rule that one branch of a transaction (with
 // its nested transactions) never writes a key twice: no key is put twice and

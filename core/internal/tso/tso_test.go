@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/memkv"
 )

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/plugins/memkv"

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/engramkv/engram/core/coder"
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 )
 

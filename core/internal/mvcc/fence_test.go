@@ -9,8 +9,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
-	"github.com/engramkv/engram/core/coder"
-	"github.com/engramkv/engram/core/election"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/election"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/memkv"
 )

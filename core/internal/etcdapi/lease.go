@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/engramkv/engram/core/lease"
+	"github.com/engramkv/engram/core/internal/lease"
 )
 
 type leaseServer struct {

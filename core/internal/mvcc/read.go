@@ -10,9 +10,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/tso"
 )
 
 // entry is one key's version as seen by a read.

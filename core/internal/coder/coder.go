@@ -200,6 +200,23 @@ func RevisionRange(key, end []byte) (start, stop []byte) {
 	return keyRange(SpaceRevision, key, end)
 }
 
+// InRange reports whether the etcd key k lies in the etcd range [key, end),
+// with the conventions of RevisionRange. It is the one statement of those
+// conventions over plain keys: transaction evaluation, the watch hub and
+// request validation all ask it, so they cannot disagree on a range's edge.
+func InRange(k, key, end []byte) bool {
+	switch {
+	case len(end) == 0:
+		return bytes.Equal(k, key)
+	case bytes.Compare(k, key) < 0:
+		return false
+	case len(end) == 1 && end[0] == 0:
+		return true
+	default:
+		return bytes.Compare(k, end) < 0
+	}
+}
+
 // ObjectRange returns the internal range of object keys for the etcd range
 // [key, end), with the conventions of RevisionRange.
 func ObjectRange(key, end []byte) (start, stop []byte) {

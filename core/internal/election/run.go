@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 )
 

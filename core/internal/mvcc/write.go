@@ -11,9 +11,9 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/retry"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/retry"
 )
 
 type requestKind uint8
@@ -511,23 +511,12 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 	}
 	// Keys this group created are not in the store yet.
 	for k, s := range g.keys {
-		if !seen[k] && s.live() && inRange([]byte(k), key, end) {
+		if !seen[k] && s.live() && coder.InRange([]byte(k), key, end) {
 			out = append(out, []byte(k))
 		}
 	}
 	slices.SortFunc(out, bytes.Compare)
 	return out, nil
-}
-
-// inRange reports whether k is in the etcd range [key, end).
-func inRange(k, key, end []byte) bool {
-	if len(end) == 0 {
-		return bytes.Equal(k, key)
-	}
-	if bytes.Compare(k, key) < 0 {
-		return false
-	}
-	return len(end) == 1 && end[0] == 0 || bytes.Compare(k, end) < 0
 }
 
 // txn executes one transaction against the group's state.

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/engramkv/engram/core/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
 // toGRPC maps backend errors to the status errors etcd returns, because

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/engramkv/engram/core/lease"
-	"github.com/engramkv/engram/core/mvcc"
-	"github.com/engramkv/engram/core/watch"
+	"github.com/engramkv/engram/core/internal/lease"
+	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/watch"
 )
 
 // Role is what this node does at the moment. The leader has a writable

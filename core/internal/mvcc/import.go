@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"slices"
 
-	"github.com/engramkv/engram/core/coder"
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/tso"
 )
 
 // The import path writes versions whose revisions were chosen elsewhere (an

@@ -68,10 +68,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
-	"github.com/engramkv/engram/core/coder"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/lease"
+	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/lease"
-	"github.com/engramkv/engram/core/tso"
 )
 
 // Errors with etcd semantics; the API layer maps them to etcd's status codes.

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/engramkv/engram/core/watch"
+	"github.com/engramkv/engram/core/internal/watch"
 )
 
 type watchServer struct {

@@ -22,7 +22,9 @@
 //     up to R was handed to the sink.
 //
 // It must not know about gRPC streams or storage layout; the API layer turns
-// Responses into etcd WatchResponses.
+// Responses into etcd WatchResponses. From package coder it takes only
+// InRange, etcd's rule for which keys a range holds, so that a watch and a
+// read of the same range can never disagree on its edge.
 package watch
 
 import (
@@ -33,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/coder"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -393,7 +396,7 @@ func (h *Hub) isClosed() bool {
 func (w *Watcher) filter(events []*mvccpb.Event, compacted int64) []*mvccpb.Event {
 	var out []*mvccpb.Event
 	for _, ev := range events {
-		if !inRange(ev.Kv.Key, w.req.Key, w.req.End) {
+		if !coder.InRange(ev.Kv.Key, w.req.Key, w.req.End) {
 			continue
 		}
 		if ev.Type == mvccpb.PUT && w.req.NoPut || ev.Type == mvccpb.DELETE && w.req.NoDelete {
@@ -405,15 +408,4 @@ func (w *Watcher) filter(events []*mvccpb.Event, compacted int64) []*mvccpb.Even
 		out = append(out, ev)
 	}
 	return out
-}
-
-// inRange reports whether k is in the etcd range [key, end).
-func inRange(k, key, end []byte) bool {
-	if len(end) == 0 {
-		return string(k) == string(key)
-	}
-	if string(k) < string(key) {
-		return false
-	}
-	return len(end) == 1 && end[0] == 0 || string(k) < string(end)
 }

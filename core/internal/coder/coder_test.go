@@ -202,3 +202,37 @@ func BenchmarkDecodeObjectKey(b *testing.B) {
 		_, _, _ = DecodeObjectKey(ik)
 	}
 }
+
+// TestInRange pins etcd's three range forms on plain keys, and that InRange
+// agrees with RevisionRange's internal bounds for every probe: a key is in
+// the etcd range exactly when its revision key is in the internal range.
+func TestInRange(t *testing.T) {
+	cases := []struct {
+		name     string
+		key, end string
+		in, out  []string
+	}{
+		{"single key", "b", "", []string{"b"}, []string{"", "a", "b\x00", "ba", "c"}},
+		{"half-open", "b", "d", []string{"b", "b\x00", "c", "cz"}, []string{"a", "d", "d\x00", "e"}},
+		{"from key", "b", "\x00", []string{"b", "c", "\xff\xff"}, []string{"", "a", "a\xff"}},
+		{"every key", "\x00", "\x00", []string{"\x00", "a", "\xff"}, []string{""}},
+	}
+	for _, c := range cases {
+		start, stop := RevisionRange([]byte(c.key), []byte(c.end))
+		check := func(k string, want bool) {
+			if got := InRange([]byte(k), []byte(c.key), []byte(c.end)); got != want {
+				t.Errorf("%s: InRange(%q, %q, %q) = %v, want %v", c.name, k, c.key, c.end, got, want)
+			}
+			rk := RevisionKey([]byte(k))
+			if internal := bytes.Compare(rk, start) >= 0 && bytes.Compare(rk, stop) < 0; internal != want {
+				t.Errorf("%s: revision key of %q inside RevisionRange = %v, want %v", c.name, k, internal, want)
+			}
+		}
+		for _, k := range c.in {
+			check(k, true)
+		}
+		for _, k := range c.out {
+			check(k, false)
+		}
+	}
+}

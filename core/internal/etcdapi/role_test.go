@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/engramkv/engram/core/etcdapi"
+	"github.com/engramkv/engram/core/internal/etcdapi"
 )
 
 // blockingLeader is a leader's KV service whose first Put blocks until its

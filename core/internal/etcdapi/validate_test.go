@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/engramkv/engram/core/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
 func put(k string) *pb.RequestOp {
