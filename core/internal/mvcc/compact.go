@@ -84,6 +84,17 @@ func compactRecord(logical, physical int64) []byte {
 	return binary.BigEndian.AppendUint64(v, uint64(physical))
 }
 
+// commitCompaction commits compaction's engine writes through the writer,
+// with the leader's fence: a deposed leader can neither move the compacted
+// revision nor delete history the new leader serves.
+func (b *Backend) commitCompaction(ctx context.Context, ops []kv.Op) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	_, err := b.submit(ctx, &request{kind: reqCompaction, ops: ops})
+	return err
+}
+
 func (b *Backend) kickCompaction() {
 	select {
 	case b.compactReq <- struct{}{}:
@@ -255,5 +266,20 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		b.metrics.compactions.Inc()
 	}
 	b.log.Debug("physical compaction done", "from", from, "to", target, "keys", len(keys), "took", time.Since(start))
+	return nil
+}
+
+// cleanTombstones removes the revision keys of keys whose latest version is a
+// tombstone older than below: compaction has made them unobservable.
+func (g *group) cleanTombstones(keys [][]byte, below int64) error {
+	for _, k := range keys {
+		s, err := g.state(k)
+		if err != nil {
+			return err
+		}
+		if s.exists && s.cur.tombstone && s.cur.modRev < below && !s.dirty {
+			s.exists, s.dirty, s.deleteRevKey = false, true, true
+		}
+	}
 	return nil
 }

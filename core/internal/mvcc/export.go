@@ -265,28 +265,6 @@ func (x *exporter) sub(ctx context.Context, key []byte, h header) (int64, error)
 	return x.subs[string(key)], nil
 }
 
-// storedLeases reads the leases from the store (a follower's lessor is
-// empty, so the store is the one source every node agrees on).
-func (b *Backend) storedLeases(ctx context.Context) ([]etcdfmt.Lease, error) {
-	var out []etcdfmt.Lease
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
-		id, err := coder.DecodeLeaseKey(p.Key)
-		if err != nil {
-			return err
-		}
-		ttl, err := decodeLease(p.Value)
-		if err != nil {
-			return err
-		}
-		out = append(out, etcdfmt.Lease{ID: id, TTL: ttl})
-		return nil
-	})
-	if err != nil {
-		return nil, storageErr("scan leases", err)
-	}
-	return out, nil
-}
-
 // version is one decoded version record.
 type version struct {
 	hdr   header

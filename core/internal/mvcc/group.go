@@ -1,0 +1,237 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/kv"
+)
+
+// A write group is the writer's working state for one commit: each touched
+// key's state as of the requests evaluated so far (keyState), the versions
+// they staged, and the engine batch that writes them all at once.
+
+// keyState is a key's state as the writer sees it within a group.
+type keyState struct {
+	// base is the revision key's value in the store before this group (nil
+	// when absent): the expected value of the group's compare-and-swap.
+	base []byte
+	// cur is the latest header including this group's writes; exists is
+	// false when the revision key is absent (never written, or cleaned up).
+	cur    header
+	exists bool
+	// value is cur's value (the revision key holds it).
+	value []byte
+	dirty bool
+	// deleteRevKey removes the revision key instead of writing cur.
+	deleteRevKey bool
+	// record is what batch wrote to the revision key (nil when it deletes
+	// it), for the latest-record cache once the batch committed.
+	record []byte
+}
+
+func (s *keyState) live() bool { return s.exists && !s.cur.tombstone }
+
+// group accumulates the writes of one commit.
+type group struct {
+	b       *Backend
+	baseRev int64
+	rev     int64
+	keys    map[string]*keyState
+	objects []kv.Op
+	changes []change // of the transaction being executed
+	logs    []kv.Op
+	leases  map[string]kv.Op
+	events  []*mvccpb.Event
+	after   []func()
+
+	witnessKey   []byte
+	witnessValue []byte
+	witnessGone  bool
+
+	// compaction holds a compaction request's ops: they take no revision
+	// and touch no revision key.
+	compaction []kv.Op
+}
+
+func newGroup(b *Backend) *group {
+	rev := b.clock.Current()
+	return &group{b: b, baseRev: rev, rev: rev, keys: map[string]*keyState{}, leases: map[string]kv.Op{}}
+}
+
+// state loads a key's state, from this group or the store.
+func (g *group) state(key []byte) (*keyState, error) {
+	if s, ok := g.keys[string(key)]; ok {
+		return s, nil
+	}
+	s := &keyState{}
+	raw, err := g.b.latestRecord(context.Background(), key)
+	switch {
+	case errors.Is(err, kv.ErrNotFound):
+	case err != nil:
+		return nil, storageErr("get revision key", err)
+	default:
+		h, val, err := decodeHeader(raw)
+		if err != nil {
+			return nil, err
+		}
+		s.base, s.cur, s.exists, s.value = raw, h, true, val
+	}
+	g.keys[string(key)] = s
+	return s, nil
+}
+
+// liveRange returns the live keys in [key, end) as of this group, sorted.
+func (g *group) liveRange(key, end []byte) ([][]byte, error) {
+	if len(end) == 0 {
+		s, err := g.state(key)
+		if err != nil {
+			return nil, err
+		}
+		if s.live() {
+			return [][]byte{key}, nil
+		}
+		return nil, nil
+	}
+	start, stop := coder.RevisionRange(key, end)
+	seen := map[string]bool{}
+	var out [][]byte
+	err := scanAll(context.Background(), g.b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, func(p kv.Pair) error {
+		k, err := coder.DecodeRevisionKey(p.Key)
+		if err != nil {
+			return err
+		}
+		seen[string(k)] = true
+		if s, ok := g.keys[string(k)]; ok {
+			if s.live() {
+				out = append(out, k)
+			}
+			return nil
+		}
+		h, val, err := decodeHeader(p.Value)
+		if err != nil {
+			return err
+		}
+		if !h.tombstone {
+			g.keys[string(k)] = &keyState{base: p.Value, cur: h, exists: true, value: val}
+			out = append(out, k)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, storageErr("scan", err)
+	}
+	// Keys this group created are not in the store yet.
+	for k, s := range g.keys {
+		if !seen[k] && s.live() && coder.InRange([]byte(k), key, end) {
+			out = append(out, []byte(k))
+		}
+	}
+	slices.SortFunc(out, bytes.Compare)
+	return out, nil
+}
+
+// record applies one key's new version to the group: revision key, history,
+// change log, lease index, watch event.
+func (g *group) record(key []byte, s *keyState, h header, value []byte, prev *mvccpb.KeyValue) {
+	oldLease := int64(0)
+	if s.live() {
+		oldLease = s.cur.lease
+	}
+	if s.exists {
+		// The version being replaced (a tombstone too: reads between the
+		// delete and this write must see the key deleted) moves to history.
+		g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+	}
+	// etcd numbers the changes of a transaction from 0 in execution order.
+	h.sub = int64(len(g.changes))
+	s.cur, s.exists, s.dirty, s.value, s.deleteRevKey = h, true, true, value, false
+	c := change{deleted: h.tombstone, key: key}
+	if prev != nil {
+		c.prevRev = prev.ModRevision
+	}
+	g.changes = append(g.changes, c)
+	if oldLease != h.lease {
+		k := append([]byte(nil), key...)
+		if oldLease != 0 {
+			ik := coder.LeaseIndexKey(oldLease, key)
+			g.leases[string(ik)] = kv.Delete(ik)
+			g.after = append(g.after, func() { g.b.lessor.Detach(oldLease, k) })
+		}
+		if h.lease != 0 {
+			ik := coder.LeaseIndexKey(h.lease, key)
+			g.leases[string(ik)] = kv.Put(ik, nil)
+			newLease := h.lease
+			g.after = append(g.after, func() { g.b.lessor.Attach(newLease, k) })
+		}
+	}
+	ev := &mvccpb.Event{PrevKv: prev}
+	if h.tombstone {
+		ev.Type = mvccpb.DELETE
+		ev.Kv = &mvccpb.KeyValue{Key: key, ModRevision: h.modRev}
+	} else {
+		ev.Type = mvccpb.PUT
+		ev.Kv = (&entry{key: key, hdr: h, value: value}).keyValue(true)
+	}
+	g.events = append(g.events, ev)
+}
+
+// appendLog adds the change-log record of rev. The group's first record is
+// written with PutIfAbsent: a writer whose clock is stale (a second writer on
+// the same store) then fails its whole batch instead of overwriting another
+// writer's revision. One check per group is enough because every writer
+// allocates revisions densely: whoever wrote any later revision of this
+// group also wrote its first. The others are plain puts, which spares the
+// engine a read per write.
+func (g *group) appendLog(rev int64) {
+	op := kv.Put(coder.EventKey(rev), encodeChanges(g.changes))
+	if len(g.logs) == 0 {
+		op.Kind = kv.OpPutIfAbsent
+	}
+	g.logs = append(g.logs, op)
+	g.witnessKey, g.witnessValue, g.witnessGone = op.Key, op.Value, false
+}
+
+// witness returns a key that only this group's batch writes (or removes), to
+// read back after an uncertain commit.
+func (g *group) witness() ([]byte, bool) {
+	return g.witnessKey, !g.witnessGone
+}
+
+// batch assembles the group's atomic batch.
+func (g *group) batch() []kv.Op {
+	ops := make([]kv.Op, 0, len(g.keys)+len(g.objects)+len(g.logs)+len(g.leases))
+	for k, s := range g.keys {
+		if !s.dirty {
+			continue
+		}
+		rk := coder.RevisionKey([]byte(k))
+		switch {
+		case s.deleteRevKey:
+			ops = append(ops, kv.CompareAndDelete(rk, s.base))
+		case s.base == nil:
+			s.record = encodeObject(s.cur, s.value)
+			ops = append(ops, kv.PutIfAbsent(rk, s.record))
+		default:
+			s.record = encodeObject(s.cur, s.value)
+			ops = append(ops, kv.CompareAndSwap(rk, s.base, s.record))
+		}
+	}
+	ops = append(ops, g.objects...)
+	ops = append(ops, g.logs...)
+	ops = append(ops, g.compaction...)
+	for _, op := range g.leases {
+		ops = append(ops, op)
+	}
+	if g.witnessKey == nil && len(ops) > 0 {
+		// Only tombstone cleanup: the first revision key op witnesses it.
+		g.witnessKey, g.witnessGone = ops[0].Key, ops[0].Kind == kv.OpCompareAndDelete
+		g.witnessValue = ops[0].Value
+	}
+	return ops
+}
