@@ -35,11 +35,7 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	}
 	role := k.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewKVClient(role.Leader).Put(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Put, r)
 	}
 	resp, err := role.Backend.Put(ctx, r)
 	if err != nil {
@@ -58,11 +54,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 	}
 	role := k.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewKVClient(role.Leader).DeleteRange(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewKVClient, pb.KVClient.DeleteRange, r)
 	}
 	resp, err := role.Backend.DeleteRange(ctx, r)
 	if err != nil {
@@ -81,11 +73,7 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	}
 	role := k.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewKVClient(role.Leader).Txn(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Txn, r)
 	}
 	resp, err := role.Backend.Txn(ctx, r)
 	if err != nil {
@@ -114,11 +102,7 @@ func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
 	role := k.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewKVClient(role.Leader).Compact(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Compact, r)
 	}
 	rev, err := role.Backend.Compact(ctx, r.Revision, r.Physical)
 	if err != nil {

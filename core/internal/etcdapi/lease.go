@@ -21,11 +21,7 @@ type leaseServer struct {
 func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	role := l.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewLeaseClient(role.Leader).LeaseGrant(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseGrant, r)
 	}
 	if r.TTL > lease.MaxTTL {
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
@@ -48,11 +44,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	role := l.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewLeaseClient(role.Leader).LeaseRevoke(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseRevoke, r)
 	}
 	rev, err := role.Backend.RevokeLease(ctx, r.ID)
 	if err != nil {
@@ -82,7 +74,7 @@ func (l *leaseServer) keepAlive(role *Role, stream pb.Lease_LeaseKeepAliveServer
 		if role.Leader == nil {
 			return noLeader
 		}
-		return l.s.forwardKeepAlive(stream.Context(), role, stream)
+		return forwardStream(stream.Context(), role, pb.NewLeaseClient, pb.LeaseClient.LeaseKeepAlive, stream.Recv, stream.Send)
 	}
 	for {
 		req, err := stream.Recv()
@@ -110,11 +102,7 @@ func (l *leaseServer) keepAlive(role *Role, stream pb.Lease_LeaseKeepAliveServer
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	role := l.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewLeaseClient(role.Leader).LeaseTimeToLive(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseTimeToLive, r)
 	}
 	info, err := role.Lessor.Lookup(r.ID)
 	if err != nil {
@@ -131,11 +119,7 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	role := l.s.current()
 	if !role.leading() {
-		if role.Leader == nil {
-			return nil, noLeader
-		}
-		resp, err := pb.NewLeaseClient(role.Leader).LeaseLeases(forwardCtx(ctx), r)
-		return resp, forwardErrOrNil(err)
+		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseLeases, r)
 	}
 	ids := role.Lessor.List()
 	resp := &pb.LeaseLeasesResponse{Header: l.s.header(role.Backend.Rev()), Leases: make([]*pb.LeaseStatus, len(ids))}

@@ -6,7 +6,6 @@ import (
 	"io"
 	"strings"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -76,15 +75,32 @@ func forwardErr(err error) error {
 	}
 }
 
-func forwardErrOrNil(err error) error {
-	if err == nil {
-		return nil
-	}
-	return forwardErr(err)
-}
-
 // noLeader is returned by a follower that knows no leader.
 var noLeader = rpctypes.ErrGRPCNoLeader
+
+// forward sends a call that only the leader serves (writes, compaction,
+// leases) from this follower to the leader, with the caller's metadata, and
+// answers what the leader answered, failures to reach it mapped by
+// forwardErr. Every such call is the same apart from its service and
+// method, so a handler names just those, e.g.
+//
+//	return forward(ctx, role, pb.NewKVClient, pb.KVClient.Put, r)
+//
+// See DESIGN.md, "Cluster roles and forwarding".
+func forward[Client, Req, Resp any](ctx context.Context, role *Role,
+	newClient func(*grpc.ClientConn) Client,
+	call func(Client, context.Context, Req, ...grpc.CallOption) (Resp, error),
+	r Req) (Resp, error) {
+	if role.Leader == nil {
+		var none Resp
+		return none, noLeader
+	}
+	resp, err := call(newClient(role.Leader), forwardCtx(ctx), r)
+	if err != nil {
+		return resp, forwardErr(err)
+	}
+	return resp, nil
+}
 
 // proxyStream copies messages both ways between a client stream and a stream
 // to the leader until either ends.
@@ -136,22 +152,23 @@ func proxyStream[Req, Resp any](ctx context.Context, recv func() (*Req, error), 
 	}
 }
 
-func (s *Services) forwardWatch(ctx context.Context, r *Role, stream pb.Watch_WatchServer) error {
+// forwardStream is forward for a bidirectional stream (Watch,
+// LeaseKeepAlive): it opens the same stream on the leader and copies
+// messages both ways until either side ends. The caller has checked that a
+// leader is known.
+func forwardStream[Client any, Up interface {
+	Send(*Req) error
+	Recv() (*Resp, error)
+	CloseSend() error
+}, Req, Resp any](ctx context.Context, role *Role,
+	newClient func(*grpc.ClientConn) Client,
+	open func(Client, context.Context, ...grpc.CallOption) (Up, error),
+	recv func() (*Req, error), send func(*Resp) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	up, err := pb.NewWatchClient(r.Leader).Watch(forwardCtx(ctx))
+	up, err := open(newClient(role.Leader), forwardCtx(ctx))
 	if err != nil {
 		return forwardErr(err)
 	}
-	return proxyStream(ctx, stream.Recv, stream.Send, up)
-}
-
-func (s *Services) forwardKeepAlive(ctx context.Context, r *Role, stream pb.Lease_LeaseKeepAliveServer) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	up, err := pb.NewLeaseClient(r.Leader).LeaseKeepAlive(forwardCtx(ctx))
-	if err != nil {
-		return forwardErr(err)
-	}
-	return proxyStream(ctx, stream.Recv, stream.Send, up)
+	return proxyStream(ctx, recv, send, up)
 }

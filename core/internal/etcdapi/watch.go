@@ -44,7 +44,7 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		if role.Leader == nil {
 			return noLeader
 		}
-		return w.drained(role, w.s.forwardWatch(ctx, role, stream))
+		return w.drained(role, forwardStream(ctx, role, pb.NewWatchClient, pb.WatchClient.Watch, stream.Recv, stream.Send))
 	}
 	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, endStream: cancel, stream: stream,
 		sendSlot: make(chan struct{}, 1), sendErr: make(chan error, 1), watchers: map[int64]*watch.Watcher{}}
