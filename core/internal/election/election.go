@@ -58,6 +58,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 )
@@ -166,8 +167,10 @@ type Options struct {
 	RenewInterval time.Duration
 	Logger        *slog.Logger
 	// Clock is the time source; nil means the system clock. Tests inject
-	// a fake one.
-	Clock Clock
+	// a fake one (package fakeclock). The loop has one ticker and calls its
+	// C only when it starts waiting for the next round, as clock.Ticker
+	// asks.
+	Clock clock.Clock
 }
 
 // Callbacks tell the server about role changes. They are called from the
@@ -192,7 +195,7 @@ type Callbacks struct {
 type Elector struct {
 	opts  Options
 	log   *slog.Logger
-	clock Clock
+	clock clock.Clock
 
 	// mu guards what the loop publishes for Fence, Leader and IsLeader.
 	mu        sync.Mutex
@@ -240,7 +243,7 @@ func New(opts Options) (*Elector, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.Clock == nil {
-		opts.Clock = realClock{}
+		opts.Clock = clock.Real
 	}
 	return &Elector{opts: opts, log: opts.Logger, clock: opts.Clock}, nil
 }

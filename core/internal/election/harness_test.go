@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
@@ -24,11 +25,15 @@ const (
 	testRenew = time.Second
 )
 
-// cluster is a set of electors over one memkv store on one fake timeline.
-// After every event of the timeline it checks the safety invariant.
+// t0 is where every test's fake time starts.
+var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// cluster is a set of electors over one memkv store on one fake clock, each
+// elector on a Loop view of it, so that Advance steps them one event at a
+// time. After every event it checks the safety invariant.
 type cluster struct {
 	t      *testing.T
-	tl     *timeline
+	clk    *fakeclock.Clock
 	shared *memkv.Store
 	nodes  []*node
 	// leaders counts the checks that found a leader, for tests that want
@@ -37,8 +42,8 @@ type cluster struct {
 }
 
 func newCluster(t *testing.T) *cluster {
-	c := &cluster{t: t, tl: newTimeline(t), shared: memkv.New()}
-	c.tl.check = c.checkInvariant
+	c := &cluster{t: t, clk: fakeclock.New(t, t0), shared: memkv.New()}
+	c.clk.SetCheck(c.checkInvariant)
 	t.Cleanup(func() {
 		for _, n := range c.nodes {
 			n.stop()
@@ -52,7 +57,7 @@ type node struct {
 	c     *cluster
 	id    string
 	e     *Elector
-	clock *fakeClock
+	clock *fakeclock.Loop
 	lease time.Duration // 0: testLease
 
 	cancel context.CancelFunc
@@ -75,7 +80,7 @@ func (c *cluster) start(id string, store kv.Store) *node {
 // startWith is start with prepare run on the node before its Run starts.
 func (c *cluster) startWith(id string, store kv.Store, prepare func(*node)) *node {
 	c.t.Helper()
-	n := &node{c: c, id: id, clock: c.tl.clock(), done: make(chan struct{})}
+	n := &node{c: c, id: id, clock: c.clk.Loop(), done: make(chan struct{})}
 	if prepare != nil {
 		prepare(n)
 	}
@@ -124,7 +129,7 @@ func (c *cluster) startWith(id string, store kv.Store, prepare func(*node)) *nod
 			},
 		})
 	}()
-	n.clock.waitIdle(c.t)
+	n.clock.WaitIdle()
 	c.checkInvariant()
 	return n
 }
@@ -165,7 +170,7 @@ func (n *node) stop() {
 	n.cancel()
 	select {
 	case <-n.done:
-	case <-time.After(watchdog):
+	case <-time.After(fakeclock.Watchdog):
 		n.c.t.Fatalf("%s: Run did not return", n.id)
 	}
 }
@@ -202,10 +207,10 @@ func (n *node) expectFollowing() {
 	}
 }
 
-// at is the timeline's time d after the start.
+// at is the fake time d after the start.
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
-func (c *cluster) elapsed() time.Duration { return c.tl.Now().Sub(t0) }
+func (c *cluster) elapsed() time.Duration { return c.clk.Now().Sub(t0) }
 
 // record returns the stored lease record (ok false when absent) and term.
 func (c *cluster) record() (Record, int64, bool) {
@@ -243,7 +248,7 @@ func (c *cluster) expectRecord(holder string, term int64, renewals int) {
 	}
 }
 
-// checkInvariant: at no point of the timeline do two electors both lead
+// checkInvariant: at no point of the fake time do two electors both lead
 // with a fence that succeeds, and an elector that does is the holder of the
 // stored lease record at the term of its fence, which the term record holds.
 func (c *cluster) checkInvariant() {
@@ -285,7 +290,7 @@ type heldStore struct {
 	kv.Store
 
 	mu         sync.Mutex
-	clock      *fakeClock
+	clock      *fakeclock.Loop
 	holdCommit bool
 	holdGet    bool
 	released   chan error
@@ -297,7 +302,7 @@ func newHeldStore(s kv.Store) *heldStore {
 
 // holdNext holds the next Commit (commit true) or Get of the loop that
 // clock belongs to.
-func (s *heldStore) holdNext(clock *fakeClock, commit bool) {
+func (s *heldStore) holdNext(clock *fakeclock.Loop, commit bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.clock = clock
@@ -312,7 +317,7 @@ func (s *heldStore) hold(ctx context.Context) error {
 	s.mu.Lock()
 	clock := s.clock
 	s.mu.Unlock()
-	clock.park()
+	clock.Park()
 	<-ctx.Done()
 	s.released <- ctx.Err()
 	return fmt.Errorf("held: %w", ctx.Err())
@@ -382,11 +387,11 @@ func (s *faultSwitch) Commit(ctx context.Context, ops []kv.Op) error {
 	return s.store().Commit(ctx, ops)
 }
 
-// slowStore makes every call take d on the timeline, and fails every call
+// slowStore makes every call take d on the fake clock, and fails every call
 // once failing is set.
 type slowStore struct {
 	kv.Store
-	tl      *timeline
+	clk     *fakeclock.Clock
 	d       time.Duration
 	failing atomic.Bool
 }
@@ -395,7 +400,7 @@ func (s *slowStore) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if s.failing.Load() {
 		return nil, errors.New("store down")
 	}
-	s.tl.pass(s.d)
+	s.clk.Pass(s.d)
 	return s.Store.Get(ctx, key)
 }
 
@@ -403,6 +408,6 @@ func (s *slowStore) Commit(ctx context.Context, ops []kv.Op) error {
 	if s.failing.Load() {
 		return errors.New("store down")
 	}
-	s.tl.pass(s.d)
+	s.clk.Pass(s.d)
 	return s.Store.Commit(ctx, ops)
 }

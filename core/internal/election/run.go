@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 )
@@ -67,8 +68,8 @@ func (s state) String() string {
 type loop struct {
 	e      *Elector
 	cb     Callbacks
-	clock  Clock
-	ticker Ticker
+	clock  clock.Clock
+	ticker clock.Ticker
 
 	// This round: when it began (before the lease record was read) and what
 	// it read.
@@ -348,18 +349,18 @@ var errLeaseEnded = errors.New("election: the lease ended before the store answe
 // errLeaseEnded without waiting for f, which may still apply its batch
 // later; a late renewal only extends a record this node no longer counts
 // on, and the next round claims it again.
-func bounded[T any](ctx context.Context, clock Clock, deadline time.Time, f func(context.Context) (T, error)) (T, error) {
+func bounded[T any](ctx context.Context, clk clock.Clock, deadline time.Time, f func(context.Context) (T, error)) (T, error) {
 	if deadline.IsZero() {
 		return f(ctx)
 	}
 	var zero T
-	left := deadline.Sub(clock.Now())
+	left := deadline.Sub(clk.Now())
 	if left <= 0 {
 		return zero, errLeaseEnded
 	}
 	// The timer exists before f runs, so a test that sees f blocked can
 	// move its clock to the deadline.
-	t := clock.NewTimer(left)
+	t := clk.NewTimer(left)
 	defer t.Stop()
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()

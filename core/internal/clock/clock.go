@@ -1,18 +1,20 @@
-package election
+// Package clock is the core's source of time for its background loops: lease
+// expiry, watch progress notifications, the compaction policy and the
+// leader election read the time and wait only through a Clock, so that tests
+// can drive them on a fake timeline (package fakeclock) instead of sleeping.
+//
+// It owns the interface and the system clock, nothing else; production code
+// uses Real and must not import fakeclock.
+package clock
 
 import "time"
 
-// Clock is the elector's source of time. Every reading of the time and every
-// wait of the elector (the lease checks of Fence included) goes through it,
-// so tests can drive the election on a fake timeline. Only differences
+// Clock reads the time and makes timers and tickers. Only differences
 // between its readings matter; the real clock's are monotonic.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
-	// NewTicker returns a ticker that ticks every d. The election loop has
-	// one ticker and calls its C once each time it starts waiting for the
-	// next tick, and nowhere else: a fake clock may take that call as "the
-	// loop is idle".
+	// NewTicker returns a ticker that ticks every d.
 	NewTicker(d time.Duration) Ticker
 	// NewTimer returns a timer that fires once, d from now (at once for
 	// d <= 0).
@@ -21,6 +23,10 @@ type Clock interface {
 
 // Ticker delivers ticks on C; ticks the receiver is too slow for are
 // dropped, as with time.Ticker.
+//
+// A loop that waits for ticks calls C each time it starts waiting (in its
+// select statement), and nowhere else: a fake clock may take that call as
+// "the loop is idle".
 type Ticker interface {
 	C() <-chan time.Time
 	Stop()
@@ -33,7 +39,9 @@ type Timer interface {
 	Stop() bool
 }
 
-// realClock is the system clock, the default.
+// Real is the system clock, every loop's default.
+var Real Clock = realClock{}
+
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
