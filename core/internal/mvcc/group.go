@@ -30,9 +30,9 @@ type keyState struct {
 	dirty bool
 	// deleteRevKey removes the revision key instead of writing cur.
 	deleteRevKey bool
-	// record is what batch wrote to the revision key (nil when it deletes
-	// it), for the latest-record cache once the batch committed.
-	record []byte
+	// written is the record batch encoded for the revision key (nil when it
+	// deletes it), for the latest-record cache once the batch committed.
+	written []byte
 }
 
 func (s *keyState) live() bool { return s.exists && !s.cur.tombstone }
@@ -136,9 +136,10 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 	return out, nil
 }
 
-// record applies one key's new version to the group: revision key, history,
-// change log, lease index, watch event.
-func (g *group) record(key []byte, s *keyState, h header, value []byte, prev *mvccpb.KeyValue) {
+// stageVersion adds one key's new version to the group: the version it
+// replaces moves to history, and the change-log entry, lease index changes
+// and watch event follow; the revision key itself is written by batch.
+func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, prev *mvccpb.KeyValue) {
 	oldLease := int64(0)
 	if s.live() {
 		oldLease = s.cur.lease
@@ -215,11 +216,11 @@ func (g *group) batch() []kv.Op {
 		case s.deleteRevKey:
 			ops = append(ops, kv.CompareAndDelete(rk, s.base))
 		case s.base == nil:
-			s.record = encodeObject(s.cur, s.value)
-			ops = append(ops, kv.PutIfAbsent(rk, s.record))
+			s.written = encodeObject(s.cur, s.value)
+			ops = append(ops, kv.PutIfAbsent(rk, s.written))
 		default:
-			s.record = encodeObject(s.cur, s.value)
-			ops = append(ops, kv.CompareAndSwap(rk, s.base, s.record))
+			s.written = encodeObject(s.cur, s.value)
+			ops = append(ops, kv.CompareAndSwap(rk, s.base, s.written))
 		}
 	}
 	ops = append(ops, g.objects...)

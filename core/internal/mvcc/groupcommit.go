@@ -101,7 +101,7 @@ func (b *Backend) updateLatest(g *group, committed bool) {
 		switch {
 		case !s.dirty:
 		case committed && !s.deleteRevKey:
-			b.latest.set(k, s.record)
+			b.latest.set(k, s.written)
 		default:
 			b.latest.invalidate(k)
 		}

@@ -52,7 +52,7 @@ func (g *group) leaseRevoke(id int64) error {
 			continue
 		}
 		prev := (&entry{key: k, hdr: s.cur, value: s.value}).keyValue(true)
-		g.record(k, s, header{modRev: rev, tombstone: true}, nil, prev)
+		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, prev)
 	}
 	lk := coder.LeaseKey(id)
 	g.leases[string(lk)] = kv.Delete(lk)

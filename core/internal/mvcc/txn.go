@@ -277,7 +277,7 @@ func (g *group) put(p *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
 	if wasLive {
 		h.createRev, h.version = s.cur.createRev, s.cur.version+1
 	}
-	g.record(p.Key, s, h, value, prev)
+	g.stageVersion(p.Key, s, h, value, prev)
 	return resp, nil
 }
 
@@ -293,7 +293,7 @@ func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRang
 		if d.PrevKv {
 			resp.PrevKvs = append(resp.PrevKvs, prev)
 		}
-		g.record(k, s, header{modRev: rev, tombstone: true}, nil, prev)
+		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, prev)
 	}
 	return resp, nil
 }
