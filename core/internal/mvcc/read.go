@@ -82,125 +82,171 @@ func plainOrder(req *pb.RangeRequest) bool {
 // order, at most keep of them (keep < 0: all), and the number of live keys
 // in the range. Entries past keep are counted without decoding their keys
 // unless they changed after rev.
+//
+// Which reads it does depends on what the caller keeps: everything (one
+// scan), nothing (one count), or a page, whose count either a previous page
+// left in the count cache or a second, header-only scan establishes.
 func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, keep int) ([]entry, int, error) {
 	if len(end) == 0 {
-		raw, err := b.latestRecord(ctx, key)
-		if errors.Is(err, kv.ErrNotFound) {
-			return nil, 0, nil
-		}
-		if err != nil {
-			return nil, 0, storageErr("get", err)
-		}
-		h, val, err := decodeHeader(raw)
-		if err != nil {
-			return nil, 0, err
-		}
-		e, ok, err := b.resolveAt(ctx, key, h, val, rev)
-		if err != nil || !ok {
-			return nil, 0, err
-		}
-		if keep == 0 {
-			return nil, 1, nil
-		}
-		return []entry{e}, 1, nil
+		return b.pointEntryAt(ctx, key, rev, keep)
 	}
 	start, stop := coder.RevisionRange(key, end)
 	if bytes.Compare(start, stop) >= 0 {
 		return nil, 0, nil
 	}
-	var out []entry
+	r := rangeRead{b: b, start: start, stop: stop, rev: rev}
+	switch {
+	case keep < 0:
+		entries, _, _, err := r.readPage(ctx, -1, 1024, false)
+		return entries, len(entries), err
+	case keep == 0:
+		count, _, err := r.countLive(ctx, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, false)
+		return nil, count, err
+	}
+	if count, ok := b.counts.count(stop, rev, start); ok {
+		return r.pageOfCountedRange(ctx, keep, count)
+	}
+	return r.pageThenCount(ctx, keep)
+}
+
+// pointEntryAt is entriesAt for the single key key: one lookup of its latest
+// record, and one of history if that is newer than rev.
+func (b *Backend) pointEntryAt(ctx context.Context, key []byte, rev int64, keep int) ([]entry, int, error) {
+	raw, err := b.latestRecord(ctx, key)
+	if errors.Is(err, kv.ErrNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, storageErr("get", err)
+	}
+	h, val, err := decodeHeader(raw)
+	if err != nil {
+		return nil, 0, err
+	}
+	e, ok, err := b.resolveAt(ctx, key, h, val, rev)
+	if err != nil || !ok {
+		return nil, 0, err
+	}
+	if keep == 0 {
+		return nil, 1, nil
+	}
+	return []entry{e}, 1, nil
+}
+
+// rangeRead reads the live versions at rev in [start, stop), a range of
+// revision keys.
+type rangeRead struct {
+	b           *Backend
+	start, stop []byte
+	rev         int64
+}
+
+// pageOfCountedRange reads only the first keep entries: a previous page of
+// the same list already established the range's count.
+func (r *rangeRead) pageOfCountedRange(ctx context.Context, keep, count int) ([]entry, int, error) {
+	// A little slack over the page covers keys deleted at rev.
+	page, _, _, err := r.readPage(ctx, keep, keep+16, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	return page, count, nil
+}
+
+// pageThenCount reads the first keep entries with their values, then counts
+// the rest of the range by record headers only, which the engine may hand
+// over without the values (kv.ScanOptions.ValuePrefix). When the range is
+// larger than the page, it leaves the live keys in the count cache for the
+// list's later pages.
+func (r *rangeRead) pageThenCount(ctx context.Context, keep int) ([]entry, int, error) {
+	page, live, resume, err := r.readPage(ctx, keep, 1024, true)
+	if err != nil {
+		return nil, 0, err
+	}
+	count := len(page)
+	if resume != nil {
+		rest, restLive, err := r.countLive(ctx, kv.ScanOptions{Start: resume, End: r.stop, BatchSize: 4096, ValuePrefix: maxHeaderLen}, true)
+		if err != nil {
+			return nil, 0, err
+		}
+		count += rest
+		live = append(live, restLive...)
+	}
+	if count > keep {
+		r.b.counts.add(r.stop, r.rev, r.start, live)
+	}
+	return page, count, nil
+}
+
+// readPage returns the live entries at rev from the start of the range, at
+// most keep of them (keep < 0: all), scanning batch records at a time. With
+// remember it also returns their revision keys, for the count cache. resume
+// is the revision key where it stopped because the page was full, nil when
+// it reached the end of the range.
+func (r *rangeRead) readPage(ctx context.Context, keep, batch int, remember bool) (page []entry, live [][]byte, resume []byte, err error) {
 	if keep > 0 {
-		out = make([]entry, 0, min(keep, 4096))
+		page = make([]entry, 0, min(keep, 4096))
 	}
-	// A page of a list whose count a previous page already established
-	// only needs its own entries.
-	cached, haveCount := 0, false
-	if keep > 0 {
-		cached, haveCount = b.counts.count(stop, rev, start)
-	}
-	// A full scan past the page records the live keys for later pages.
-	var live [][]byte
-	record := keep > 0 && !haveCount
-	count := 0
-	batch := 1024
-	if haveCount {
-		// Only the page is read; a little slack covers deleted keys.
-		batch = keep + 16
-	}
-	// The first page of a counted list reads the page with values, then
-	// counts the rest of the range by record headers only, which the
-	// engine may hand over without the values (kv.ScanOptions.ValuePrefix).
-	split := keep > 0 && !haveCount
-	var resume []byte
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: batch}, func(p kv.Pair) error {
+	err = scanAll(ctx, r.b.store, kv.ScanOptions{Start: r.start, End: r.stop, BatchSize: batch}, func(p kv.Pair) error {
 		h, val, err := decodeHeader(p.Value)
 		if err != nil {
 			return err
 		}
-		full := keep < 0 || len(out) < keep
-		if !full && (haveCount || split) {
+		if keep >= 0 && len(page) >= keep {
 			resume = p.Key
 			return errStopScan
-		}
-		if !full && h.modRev <= rev {
-			if !h.tombstone {
-				count++
-				if record {
-					live = append(live, p.Key)
-				}
-			}
-			return nil
 		}
 		k, err := coder.DecodeRevisionKey(p.Key)
 		if err != nil {
 			return err
 		}
-		e, ok, err := b.resolveAt(ctx, k, h, val, rev)
+		e, ok, err := r.b.resolveAt(ctx, k, h, val, r.rev)
 		if err != nil || !ok {
 			return err
 		}
-		count++
-		if record {
+		if remember {
 			live = append(live, p.Key)
 		}
-		if full {
-			out = append(out, e)
-		}
+		page = append(page, e)
 		return nil
 	})
-	if split && resume != nil && errors.Is(err, errStopScan) {
-		err = scanAll(ctx, b.store, kv.ScanOptions{Start: resume, End: stop, BatchSize: 4096, ValuePrefix: maxHeaderLen}, func(p kv.Pair) error {
-			h, _, err := decodeHeader(p.Value)
+	if err != nil && !errors.Is(err, errStopScan) {
+		return nil, nil, nil, storageErr("scan", err)
+	}
+	return page, live, resume, nil
+}
+
+// countLive counts the keys live at rev in the scan opts describes. A key
+// whose latest version is at or below rev is decided by its record's header
+// alone; only a key changed since rev needs its key decoded and a look into
+// history. With remember it also returns the live keys' revision keys.
+func (r *rangeRead) countLive(ctx context.Context, opts kv.ScanOptions, remember bool) (count int, live [][]byte, err error) {
+	err = scanAll(ctx, r.b.store, opts, func(p kv.Pair) error {
+		h, _, err := decodeHeader(p.Value)
+		if err != nil {
+			return err
+		}
+		if h.modRev > r.rev {
+			// Changed since rev: whether it was live then is in history.
+			k, err := coder.DecodeRevisionKey(p.Key)
 			if err != nil {
 				return err
 			}
-			if h.modRev > rev {
-				// Changed since rev: whether it was live then is in history.
-				k, err := coder.DecodeRevisionKey(p.Key)
-				if err != nil {
-					return err
-				}
-				if _, ok, err := b.versionAt(ctx, k, rev); err != nil || !ok {
-					return err
-				}
-			} else if h.tombstone {
-				return nil
+			if _, ok, err := r.b.versionAt(ctx, k, r.rev); err != nil || !ok {
+				return err
 			}
-			count++
-			live = append(live, p.Key)
+		} else if h.tombstone {
 			return nil
-		})
+		}
+		count++
+		if remember {
+			live = append(live, p.Key)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, nil, storageErr("scan", err)
 	}
-	if err != nil && !errors.Is(err, errStopScan) {
-		return nil, 0, storageErr("scan", err)
-	}
-	if haveCount {
-		return out, cached, nil
-	}
-	if record && count > keep {
-		b.counts.add(stop, rev, start, live)
-	}
-	return out, count, nil
+	return count, live, nil
 }
 
 // errStopScan ends a scan early from its callback.
