@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -61,6 +62,12 @@ func toGRPC(err error) error {
 func isPlain(err error) bool {
 	s, _ := status.FromError(err)
 	return s.Code() == codes.Unknown
+}
+
+// clientGone reports whether an error from a server stream's Recv means the
+// client closed its side or went away, which ends the stream without error.
+func clientGone(err error) bool {
+	return errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled
 }
 
 func unimplemented(what string) error {

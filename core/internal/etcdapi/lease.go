@@ -2,8 +2,6 @@ package etcdapi
 
 import (
 	"context"
-	"errors"
-	"io"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -78,11 +76,8 @@ func (l *leaseServer) keepAlive(role *Role, stream pb.Lease_LeaseKeepAliveServer
 	}
 	for {
 		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		if err != nil {
-			if status.Code(err) == codes.Canceled {
+			if clientGone(err) {
 				return nil
 			}
 			return err

@@ -2,13 +2,10 @@ package etcdapi
 
 import (
 	"context"
-	"errors"
-	"io"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/internal/watch"
@@ -138,11 +135,8 @@ func (ws *watchStream) send(ctx context.Context, resp *pb.WatchResponse) error {
 func (ws *watchStream) recvLoop(stream pb.Watch_WatchServer) error {
 	for {
 		req, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
 		if err != nil {
-			if status.Code(err) == codes.Canceled {
+			if clientGone(err) {
 				return nil
 			}
 			return err
