@@ -18,6 +18,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/engramkv/engram/core/internal/clock"
 )
 
 // Limits as etcd's.
@@ -37,7 +39,7 @@ type Lessor struct {
 	mu     sync.Mutex
 	leases map[int64]*entry
 	minTTL int64
-	now    func() time.Time
+	clock  clock.Clock
 	// wake is signalled when the earliest expiry may have moved earlier.
 	wake chan struct{}
 }
@@ -55,8 +57,9 @@ type entry struct {
 type Options struct {
 	// MinTTL is the smallest TTL granted; 0 means DefaultMinTTL.
 	MinTTL int64
-	// Now is the clock; nil means time.Now. Tests inject a fake one.
-	Now func() time.Time
+	// Clock reads the time for expiry and times Run's waits; nil means the
+	// system clock. Tests inject a fake one.
+	Clock clock.Clock
 }
 
 // New returns an empty Lessor.
@@ -64,13 +67,13 @@ func New(opts Options) *Lessor {
 	if opts.MinTTL <= 0 {
 		opts.MinTTL = DefaultMinTTL
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
 	}
 	return &Lessor{
 		leases: make(map[int64]*entry),
 		minTTL: opts.MinTTL,
-		now:    opts.Now,
+		clock:  opts.Clock,
 		wake:   make(chan struct{}, 1),
 	}
 }
@@ -97,7 +100,7 @@ func (l *Lessor) Exists(id int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.leases[id]
-	return ok && !e.expiredAt(l.now())
+	return ok && !e.expiredAt(l.clock.Now())
 }
 
 // Known reports whether id is granted and not yet revoked, expired or not.
@@ -113,7 +116,7 @@ func (e *entry) expiredAt(now time.Time) bool { return !now.Before(e.expiry) }
 // Grant records a committed lease with its full TTL from now.
 func (l *Lessor) Grant(id, ttl int64) {
 	l.mu.Lock()
-	l.leases[id] = &entry{ttl: ttl, expiry: l.now().Add(time.Duration(ttl) * time.Second), keys: map[string]struct{}{}}
+	l.leases[id] = &entry{ttl: ttl, expiry: l.clock.Now().Add(time.Duration(ttl) * time.Second), keys: map[string]struct{}{}}
 	l.mu.Unlock()
 	l.signal()
 }
@@ -169,10 +172,10 @@ func (l *Lessor) Renew(id int64) (int64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.leases[id]
-	if !ok || e.expiredAt(l.now()) {
+	if !ok || e.expiredAt(l.clock.Now()) {
 		return 0, ErrNotFound
 	}
-	e.expiry = l.now().Add(time.Duration(e.ttl) * time.Second)
+	e.expiry = l.clock.Now().Add(time.Duration(e.ttl) * time.Second)
 	return e.ttl, nil
 }
 
@@ -190,7 +193,7 @@ func (l *Lessor) Lookup(id int64) (Info, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.leases[id]
-	now := l.now()
+	now := l.clock.Now()
 	if !ok || e.expiredAt(now) {
 		return Info{}, ErrNotFound
 	}
@@ -209,7 +212,7 @@ func remaining(e *entry, now time.Time) int64 {
 func (l *Lessor) List() []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := l.clock.Now()
 	ids := make([]int64, 0, len(l.leases))
 	for id, e := range l.leases {
 		if !e.expiredAt(now) {
@@ -232,7 +235,7 @@ func (l *Lessor) signal() {
 func (l *Lessor) expired() ([]int64, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := l.now()
+	now := l.clock.Now()
 	var ids []int64
 	var next time.Time
 	for id, e := range l.leases {
@@ -264,9 +267,14 @@ func (l *Lessor) Run(ctx context.Context, log *slog.Logger, revoke func(context.
 	if retry <= 0 {
 		retry = 500 * time.Millisecond
 	}
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
+		// This pass sees every grant signalled so far: drop their wake, so
+		// that a grant before Run or during the last pass does not cost a
+		// second pass.
+		select {
+		case <-l.wake:
+		default:
+		}
 		ids, next := l.expired()
 		failed := false
 		for _, id := range ids {
@@ -281,17 +289,19 @@ func (l *Lessor) Run(ctx context.Context, log *slog.Logger, revoke func(context.
 		}
 		wait := time.Hour
 		if !next.IsZero() {
-			wait = max(next.Sub(l.now()), time.Millisecond)
+			wait = max(next.Sub(l.clock.Now()), time.Millisecond)
 		}
 		if failed {
 			wait = min(wait, retry)
 		}
-		timer.Reset(wait)
+		timer := l.clock.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
 		case <-l.wake:
-		case <-timer.C:
+		case <-timer.C():
 		}
+		timer.Stop()
 	}
 }

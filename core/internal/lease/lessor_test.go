@@ -2,27 +2,20 @@ package lease
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 )
 
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+var t0 = time.Unix(1000, 0)
 
 func TestExpiryRenewAndLookup(t *testing.T) {
-	clk := &fakeClock{now: time.Unix(1000, 0)}
-	l := New(Options{Now: clk.Now})
+	clk := fakeclock.New(t, t0)
+	l := New(Options{Clock: clk})
 	if got := l.EffectiveTTL(1); got != DefaultMinTTL {
 		t.Fatalf("TTL 1 granted as %d, want the minimum %d", got, DefaultMinTTL)
 	}
@@ -64,37 +57,106 @@ func TestExpiryRenewAndLookup(t *testing.T) {
 	}
 }
 
-func TestRunRevokesAndRetries(t *testing.T) {
-	l := New(Options{})
-	l.Grant(1, 0) // already expired: TTL 0 seconds
-	var mu sync.Mutex
-	calls := 0
+// runner runs a Lessor's Run on a fake clock with a revoke that reports each
+// call on calls and returns what the test sends on results.
+type runner struct {
+	t       *testing.T
+	clk     *fakeclock.Clock
+	l       *Lessor
+	calls   chan int64
+	results chan error
+	stop    func()
+}
+
+const retry = time.Second
+
+func startRun(t *testing.T, grant func(*Lessor)) *runner {
+	clk := fakeclock.New(t, t0)
+	r := &runner{t: t, clk: clk, l: New(Options{Clock: clk}), calls: make(chan int64), results: make(chan error)}
+	grant(r.l)
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		l.Run(ctx, slog.Default(), func(ctx context.Context, id int64) error {
-			mu.Lock()
-			defer mu.Unlock()
-			calls++
-			if calls == 1 {
-				return context.DeadlineExceeded // first attempt fails
+		defer close(done)
+		r.l.Run(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), func(ctx context.Context, id int64) error {
+			select {
+			case r.calls <- id:
+			case <-ctx.Done():
+				return ctx.Err()
 			}
-			l.Revoke(id)
-			return nil
-		}, 10*time.Millisecond)
-		close(done)
+			err := <-r.results
+			if err == nil {
+				r.l.Revoke(id)
+			}
+			return err
+		}, retry)
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Known(1) {
-		if time.Now().After(deadline) {
-			t.Fatal("expired lease not revoked after a failed attempt")
+	r.stop = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// expectCall waits for the next revoke call, which must be for id, and
+// answers it with err.
+func (r *runner) expectCall(id int64, err error) {
+	r.t.Helper()
+	select {
+	case got := <-r.calls:
+		if got != id {
+			r.t.Fatalf("revoke(%d), want revoke(%d)", got, id)
 		}
-		time.Sleep(5 * time.Millisecond)
+		r.results <- err
+	case <-time.After(fakeclock.Watchdog): // a hang guard, not a measurement
+		r.t.Fatalf("at %v, lease %d was not revoked", r.clk.Now().Sub(t0), id)
 	}
-	cancel()
-	<-done
-	if calls != 2 {
-		t.Fatalf("revoke called %d times, want 2", calls)
+}
+
+// expectNoCall checks that Run, waiting for its timer, has not revoked
+// anything: with the time not advanced to its timer it cannot have.
+func (r *runner) expectNoCall() {
+	r.t.Helper()
+	select {
+	case id := <-r.calls:
+		r.t.Fatalf("at %v, lease %d revoked early", r.clk.Now().Sub(t0), id)
+	default:
 	}
+}
+
+// TestRunRevokesAtExpiryAndRetries: Run revokes a lease exactly when it
+// expires, and retries a failed revoke after the retry interval.
+func TestRunRevokesAtExpiryAndRetries(t *testing.T) {
+	r := startRun(t, func(l *Lessor) { l.Grant(1, 10) })
+	expiry := t0.Add(10 * time.Second)
+	r.clk.WaitArmed(expiry)
+	r.clk.AdvanceTo(expiry.Add(-time.Nanosecond))
+	r.expectNoCall()
+	r.clk.AdvanceTo(expiry)
+	r.expectCall(1, errors.New("store unavailable"))
+
+	r.clk.WaitArmed(expiry.Add(retry))
+	r.clk.AdvanceTo(expiry.Add(retry - time.Nanosecond))
+	r.expectNoCall()
+	r.clk.AdvanceTo(expiry.Add(retry))
+	r.expectCall(1, nil)
+	r.stop()
+	if r.l.Known(1) {
+		t.Fatal("lease still known after its revocation succeeded")
+	}
+}
+
+// TestRunRearmsForAnEarlierGrant: a lease granted while Run waits for a
+// later expiry is revoked at its own.
+func TestRunRearmsForAnEarlierGrant(t *testing.T) {
+	r := startRun(t, func(l *Lessor) { l.Grant(1, 100) })
+	r.clk.WaitArmed(t0.Add(100 * time.Second))
+	r.l.Grant(2, 5)
+	r.clk.WaitArmed(t0.Add(5 * time.Second))
+	r.clk.Advance(5 * time.Second)
+	r.expectCall(2, nil)
+	r.clk.WaitArmed(t0.Add(100 * time.Second))
+	r.clk.Advance(95 * time.Second)
+	r.expectCall(1, nil)
 }
