@@ -227,11 +227,12 @@ func (b *Backend) Close() error {
 // record is the highest revision any leader committed.
 //
 // On a leader over a shared store (a cluster: Fence is set) a read checks
-// that the leader's lease still holds, and waits for a commit in flight: the engine may already show that commit's
-// revision to the followers, which read the store, before this node
-// publishes it, and no read may return an older revision than one another
-// read already observed (linearizability). A single node's store has no
-// other reader, so it needs no wait.
+// that the leader's lease still holds, and waits for a commit in flight:
+// the engine may already show that commit's revision to the followers,
+// which read the store, before this node publishes it, and no read may
+// return an older revision than one another read already observed
+// (linearizability). A single node's store has no other reader, so it
+// needs no wait. (DESIGN.md, "The read barrier").
 func (b *Backend) readRevisions(ctx context.Context) (int64, int64, error) {
 	if b.readOnly {
 		return b.barrier.wait(ctx)

@@ -35,6 +35,8 @@ import (
 // As in etcd, the previous version of an event at exactly C is below C, so
 // such an event has no prev_kv; the watch hub enforces that for events it
 // still holds in memory.
+//
+// Why this rule, and what it costs: (DESIGN.md, "Compaction's rule").
 
 const compactChunk = 512
 

@@ -110,7 +110,8 @@ func (b *Backend) updateLatest(g *group, committed bool) {
 
 // resolveUncertain decides, before anything later commits, whether a batch
 // whose commit result was unknown was applied (see package retry for why
-// this order keeps revisions dense and watch order intact).
+// this order keeps revisions dense and watch order intact, and
+// (DESIGN.md, "Uncertain commits") for the alternatives).
 func (b *Backend) resolveUncertain(ctx context.Context, g *group, cause error) error {
 	key, present := g.witness()
 	b.log.Warn("commit result uncertain; reading back", "err", cause)

@@ -34,7 +34,8 @@ func (e *entry) keyValue(withValue bool) *mvccpb.KeyValue {
 	return kvp
 }
 
-// Range serves an etcd Range at req.Revision (0 = current).
+// Range serves an etcd Range at req.Revision (0 = current). How a read at a
+// past revision finds its versions: (DESIGN.md, "Reads at a revision").
 func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if b.closed.Load() {
 		return nil, ErrClosed
