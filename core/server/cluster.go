@@ -53,6 +53,7 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 		LeaseDuration: opts.Cluster.LeaseDuration,
 		RenewInterval: opts.Cluster.RenewInterval,
 		Logger:        s.log.With("component", "election"),
+		Clock:         opts.Clock,
 	})
 	if err != nil {
 		return err

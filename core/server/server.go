@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/internal/compaction"
 	"github.com/engramkv/engram/core/internal/election"
 	"github.com/engramkv/engram/core/internal/etcdapi"
@@ -43,6 +44,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives the server's Prometheus metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Clock times lease expiry, watch progress notifications, the
+	// compaction policy and the election; nil means the system clock.
+	// Tests inside core inject a fake one (core/internal/clock/fakeclock)
+	// so that they advance time instead of waiting for it.
+	Clock clock.Clock
 
 	// ProgressNotifyInterval is how often a watch created with
 	// progress_notify and no recent events gets a progress response
@@ -147,6 +153,9 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
+	}
 	if opts.ProgressNotifyInterval <= 0 {
 		opts.ProgressNotifyInterval = DefaultProgressNotifyInterval
 	}
@@ -196,13 +205,14 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 // stopLeader is called.
 func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
 	log := s.log
-	lessor := lease.New(lease.Options{})
+	lessor := lease.New(lease.Options{Clock: s.opts.Clock})
 	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
 	}
 	hub := watch.NewHub(backend, watch.Options{
 		ProgressInterval: s.opts.ProgressNotifyInterval,
+		Clock:            s.opts.Clock,
 		MaxLag:           s.opts.WatchMaxLag,
 		IsCompacted:      func(err error) bool { return errors.Is(err, mvcc.ErrCompacted) },
 		Logger:           log.With("component", "watch"),
@@ -226,7 +236,7 @@ func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), r
 		ls.wg.Add(1)
 		go func() {
 			defer ls.wg.Done()
-			s.opts.Compaction.Run(lctx, backend, func(err error) bool { return errors.Is(err, mvcc.ErrCompacted) }, log.With("component", "compaction"))
+			s.opts.Compaction.Run(lctx, s.opts.Clock, backend, func(err error) bool { return errors.Is(err, mvcc.ErrCompacted) }, log.With("component", "compaction"))
 		}()
 	}
 	return ls, nil

@@ -17,6 +17,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/engramkv/engram/core/internal/clock"
 )
 
 // Modes.
@@ -78,20 +80,20 @@ type Target interface {
 	Compact(ctx context.Context, rev int64, wait bool) (int64, error)
 }
 
-// Run applies the policy to t until ctx ends. isCompacted recognises t's
-// "already compacted" error.
-func (p Policy) Run(ctx context.Context, t Target, isCompacted func(error) bool, log *slog.Logger) {
+// Run applies the policy to t until ctx ends, running it every interval on
+// clk. isCompacted recognises t's "already compacted" error.
+func (p Policy) Run(ctx context.Context, clk clock.Clock, t Target, isCompacted func(error) bool, log *slog.Logger) {
 	if p.Mode == Off {
 		return
 	}
-	tick := time.NewTicker(p.interval())
+	tick := clk.NewTicker(p.interval())
 	defer tick.Stop()
 	var s sampler
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case now := <-tick.C:
+		case now := <-tick.C():
 			target := p.target(&s, now, t.Rev())
 			if target <= t.CompactRev() || target <= 1 {
 				continue

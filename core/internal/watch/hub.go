@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/internal/coder"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
@@ -60,6 +61,8 @@ type Options struct {
 	// ProgressInterval is the period of progress notifications for watchers
 	// that asked for them; 0 disables them.
 	ProgressInterval time.Duration
+	// Clock times progress notifications; nil means the system clock.
+	Clock clock.Clock
 	// MaxLag cancels a watcher that falls more than this many revisions
 	// behind the head; 0 disables the limit.
 	MaxLag int64
@@ -102,6 +105,9 @@ func NewHub(src Source, opts Options) *Hub {
 	}
 	if opts.IsCompacted == nil {
 		opts.IsCompacted = func(error) bool { return false }
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.Real
 	}
 	head := src.Rev()
 	base, cancel := context.WithCancel(context.Background())
@@ -305,9 +311,9 @@ func (w *Watcher) run(ctx context.Context) {
 	cursor := w.req.StartRevision
 	var progress <-chan time.Time
 	if w.req.ProgressNotify && h.opts.ProgressInterval > 0 {
-		t := time.NewTicker(h.opts.ProgressInterval)
+		t := h.opts.Clock.NewTicker(h.opts.ProgressInterval)
 		defer t.Stop()
-		progress = t.C
+		progress = t.C()
 	}
 	sentSinceTick := false
 	retry := time.Duration(0)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
@@ -77,7 +79,9 @@ func newHub(t *testing.T, src *fakeSource, opts Options) *Hub {
 type collector struct {
 	mu    sync.Mutex
 	resps []Response
-	block chan struct{} // when non-nil, Send waits on it
+	// changed is closed and replaced when a response arrives.
+	changed chan struct{}
+	block   chan struct{} // when non-nil, Send waits on it
 	// entered, when non-nil, is signalled each time Send starts.
 	entered chan struct{}
 }
@@ -99,7 +103,46 @@ func (c *collector) sink(ctx context.Context, r Response) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.resps = append(c.resps, r)
+	if c.changed != nil {
+		close(c.changed)
+	}
+	c.changed = make(chan struct{})
 	return nil
+}
+
+// waitUntil waits until cond holds for the responses received so far.
+func (c *collector) waitUntil(t *testing.T, what string, cond func(resps []Response) bool) {
+	t.Helper()
+	hang := time.After(hangGuard)
+	for {
+		c.mu.Lock()
+		ok := cond(c.resps)
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
+		changed := c.changed
+		c.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-changed:
+		case <-hang:
+			t.Fatalf("waiting for %s: no progress in %v", what, hangGuard)
+		}
+	}
+}
+
+// hangGuard only turns a hung test into a failure; no test measures time.
+const hangGuard = 30 * time.Second
+
+// events counts the events in resps.
+func events(resps []Response) int {
+	n := 0
+	for _, r := range resps {
+		n += len(r.Events)
+	}
+	return n
 }
 
 func (c *collector) revs() []int64 {
@@ -112,17 +155,6 @@ func (c *collector) revs() []int64 {
 		}
 	}
 	return out
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // TestTailAndHistoryGiveEveryEventOnce writes more events than the tail
@@ -143,7 +175,7 @@ func TestTailAndHistoryGiveEveryEventOnce(t *testing.T) {
 			src.write(h, fmt.Sprintf("k%d", i))
 		}
 		want := int(max(0, 61-max(start, 2)+1))
-		waitFor(t, fmt.Sprintf("%d events from %d", want, start), func() bool { return len(c.revs()) >= want })
+		c.waitUntil(t, fmt.Sprintf("%d events from %d", want, start), func(resps []Response) bool { return events(resps) >= want })
 		revs := c.revs()
 		for i, r := range revs {
 			if r != max(start, 2)+int64(i) {
@@ -183,12 +215,12 @@ func TestSlowWatcherDoesNotBlockWriters(t *testing.T) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hangGuard):
 		t.Fatal("writer blocked by a slow watcher")
 	}
-	waitFor(t, "fast watcher", func() bool { return len(fast.revs()) == 1000 })
+	fast.waitUntil(t, "fast watcher", func(resps []Response) bool { return events(resps) == 1000 })
 	close(slow.block)
-	waitFor(t, "slow watcher catching up", func() bool { return len(slow.revs()) == 1000 })
+	slow.waitUntil(t, "slow watcher catching up", func(resps []Response) bool { return events(resps) == 1000 })
 	for i, r := range slow.revs() {
 		if r != int64(i+2) {
 			t.Fatalf("slow watcher event %d at revision %d", i, r)
@@ -239,9 +271,14 @@ func TestCompactionCancelsWatcherBelowIt(t *testing.T) {
 	}
 }
 
+// TestProgressNotifyOnlyWhenSynced drives progress ticks on a fake clock: a
+// tick sends progress at the revision everything was delivered up to, but
+// not when the watcher sent events since the tick before.
 func TestProgressNotifyOnlyWhenSynced(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	clk := fakeclock.New(t, t0)
 	src := &fakeSource{rev: 1}
-	h := newHub(t, src, Options{ProgressInterval: 20 * time.Millisecond})
+	h := newHub(t, src, Options{ProgressInterval: time.Second, Clock: clk})
 	src.write(h, "x")
 	c := &collector{}
 	var advanced sync.WaitGroup
@@ -252,19 +289,27 @@ func TestProgressNotifyOnlyWhenSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	advanced.Wait()
-	waitFor(t, "progress", func() bool {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return len(c.resps) > 0
-	})
-	c.mu.Lock()
-	r := c.resps[0]
-	c.mu.Unlock()
-	if !r.Progress || r.Revision != 2 {
-		t.Fatalf("progress %+v", r)
-	}
 	if w.Delivered() != 2 {
 		t.Fatalf("delivered %d", w.Delivered())
+	}
+	clk.WaitArmed(t0.Add(time.Second))
+	clk.Advance(time.Second)
+	c.waitUntil(t, "progress", func(resps []Response) bool { return len(resps) == 1 })
+
+	src.write(h, "a")
+	c.waitUntil(t, "the event", func(resps []Response) bool { return len(resps) == 2 })
+	// Advance returns once the watcher took the tick, and the watcher takes
+	// the second only after it handled the first.
+	clk.Advance(time.Second)
+	clk.Advance(time.Second)
+	c.waitUntil(t, "progress", func(resps []Response) bool { return len(resps) == 3 })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, want := range []Response{{Progress: true, Revision: 2}, {Revision: 3}, {Progress: true, Revision: 3}} {
+		r := c.resps[i]
+		if r.Progress != want.Progress || r.Revision != want.Revision || r.Progress == (len(r.Events) > 0) {
+			t.Fatalf("response %d: %+v, want progress %v at %d", i, r, want.Progress, want.Revision)
+		}
 	}
 }
 
@@ -272,13 +317,13 @@ func BenchmarkFanOut100Watchers(b *testing.B) {
 	src := &fakeSource{rev: 1}
 	h := NewHub(src, Options{})
 	defer h.Close()
-	var mu sync.Mutex
-	received := 0
+	var received atomic.Int64
+	all := make(chan struct{})
 	for i := range 100 {
 		_, err := h.Watch(context.Background(), Request{Key: []byte(fmt.Sprintf("/r/%02d/", i)), End: []byte(fmt.Sprintf("/r/%02d0", i))}, func(ctx context.Context, r Response) error {
-			mu.Lock()
-			received += len(r.Events)
-			mu.Unlock()
+			if n := int64(len(r.Events)); n > 0 && received.Add(n) == int64(b.N) {
+				close(all)
+			}
 			return nil
 		}, nil)
 		if err != nil {
@@ -289,15 +334,7 @@ func BenchmarkFanOut100Watchers(b *testing.B) {
 	for i := range b.N {
 		src.write(h, fmt.Sprintf("/r/%02d/obj", i%100))
 	}
-	for {
-		mu.Lock()
-		n := received
-		mu.Unlock()
-		if n >= b.N {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	<-all
 }
 
 // TestCloseEndsBlockedWatchers: a watcher whose client stopped reading must
@@ -318,7 +355,7 @@ func TestCloseEndsBlockedWatchers(t *testing.T) {
 	}()
 	select {
 	case <-closed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(hangGuard):
 		t.Fatal("Close waited for a watcher blocked in its sink")
 	}
 	<-w.Done()
