@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,6 +22,9 @@ type Options struct {
 	Store kv.Store
 	// ProgressNotifyInterval as in server.Options.
 	ProgressNotifyInterval time.Duration
+	// Clock as in server.Options: nil is the system clock; core's tests
+	// pass a fake one to advance time instead of waiting for it.
+	Clock clock.Clock
 	// Unix serves on a unix socket in t.TempDir() instead of TCP.
 	Unix bool
 	// Name is the member name (default "servertest"); cluster members need

@@ -33,6 +33,7 @@ func start(t testing.TB, opts Options) *Server {
 		Store:                  store,
 		Logger:                 slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		ProgressNotifyInterval: opts.ProgressNotifyInterval,
+		Clock:                  opts.Clock,
 		Name:                   "servertest",
 	}
 	if opts.Name != "" {
