@@ -3,12 +3,10 @@ package kvtest
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/engramkv/engram/core/kv"
 )
@@ -400,139 +398,4 @@ func readBack(ctx context.Context, t T, s kv.Store, k, v []byte) {
 	if err != nil || len(ps) != 1 || !bytes.Equal(ps[0].Value, v) {
 		t.Errorf("other goroutine: Scan after Commit = %s, %v; want %q", showPairs(ps), err, v)
 	}
-}
-
-func casePartitions(ctx context.Context, t T, s kv.Store) {
-	m := model{}
-	for i := range 2000 {
-		m[fmt.Sprintf("p/%04d", i)] = key("%d", i)
-	}
-	m["a"], m["z"] = []byte("a"), []byte("z")
-	load(ctx, t, s, m, 500)
-	for _, r := range []kv.Range{
-		{},
-		{Start: []byte("p/0100"), End: []byte("p/1500")},
-		{Start: nil, End: []byte("p/0500")},
-		{Start: []byte("p/1000"), End: nil},
-		{Start: []byte{0x00}, End: []byte{0xFF}},
-	} {
-		parts, err := s.Partitions(ctx, r.Start, r.End)
-		if err != nil {
-			t.Fatalf("Partitions(%s, %s): %v", show(r.Start), show(r.End), err)
-		}
-		if len(parts) == 0 {
-			t.Errorf("Partitions(%s, %s) returned no ranges for a non-empty range", show(r.Start), show(r.End))
-			continue
-		}
-		if !bytes.Equal(parts[0].Start, r.Start) {
-			t.Errorf("Partitions(%s, %s): first range starts at %s", show(r.Start), show(r.End), show(parts[0].Start))
-		}
-		if last := parts[len(parts)-1].End; !bytes.Equal(last, r.End) {
-			t.Errorf("Partitions(%s, %s): last range ends at %s", show(r.Start), show(r.End), show(last))
-		}
-		var union []kv.Pair
-		for i, p := range parts {
-			if i > 0 && !bytes.Equal(parts[i-1].End, p.Start) {
-				t.Errorf("Partitions(%s, %s): gap or overlap between range %d ending %s and range %d starting %s",
-					show(r.Start), show(r.End), i-1, show(parts[i-1].End), i, show(p.Start))
-			}
-			if len(p.End) > 0 && bytes.Compare(p.Start, p.End) >= 0 {
-				t.Errorf("Partitions(%s, %s): range %d [%s, %s) is empty or inverted", show(r.Start), show(r.End), i, show(p.Start), show(p.End))
-			}
-			if len(p.End) == 0 && i != len(parts)-1 {
-				t.Errorf("Partitions(%s, %s): unbounded range %d is not the last", show(r.Start), show(r.End), i)
-			}
-			union = append(union, scanAll(ctx, t, s, kv.ScanOptions{Start: p.Start, End: p.End})...)
-		}
-		want := m.scan(kv.ScanOptions{Start: r.Start, End: r.End})
-		if diff := diffPairs(union, want); diff != "" {
-			t.Errorf("Partitions(%s, %s): scanning the %d ranges in order differs from the whole range: %s",
-				show(r.Start), show(r.End), len(parts), diff)
-		}
-	}
-	// An empty range may be returned as nothing or as ranges holding nothing.
-	parts, err := s.Partitions(ctx, []byte("p/0500"), []byte("p/0500"))
-	if err != nil {
-		t.Fatalf("Partitions of an empty range: %v", err)
-	}
-	for _, p := range parts {
-		if got := scanAll(ctx, t, s, kv.ScanOptions{Start: p.Start, End: p.End}); len(got) != 0 {
-			t.Errorf("Partitions of an empty range returned [%s, %s) holding %d pairs", show(p.Start), show(p.End), len(got))
-		}
-	}
-}
-
-// caseClose checks that Close waits out concurrent work and that every
-// call made after it fails with ErrClosed rather than panicking or touching
-// released engine memory.
-func caseClose(ctx context.Context, t T, s kv.Store) {
-	mustCommit(ctx, t, s, kv.Put([]byte("c/a"), []byte("1")), kv.Put([]byte("c/b"), []byte("2")))
-	it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 1})
-	if err != nil {
-		t.Fatalf("Scan: %v", err)
-	}
-	if b, err := it.Next(ctx); err != nil || len(b) != 1 {
-		t.Fatalf("Next = %d pairs, %v", len(b), err)
-	}
-
-	// Writers race with Close: each Commit either lands or reports
-	// ErrClosed, nothing else.
-	var wg sync.WaitGroup
-	var landed atomic.Int64
-	stop := make(chan struct{})
-	for g := range 4 {
-		spawn(t, &wg, func() {
-			for i := 0; ; i++ {
-				err := s.Commit(ctx, []kv.Op{kv.Put(key("c/w/%d/%d", g, i), []byte("x"))})
-				if errors.Is(err, kv.ErrClosed) {
-					return
-				}
-				if err != nil {
-					t.Errorf("Commit racing Close: %v, want nil or ErrClosed", err)
-					return
-				}
-				landed.Add(1)
-				select {
-				case <-stop:
-					return
-				default:
-				}
-			}
-		})
-	}
-	time.Sleep(5 * time.Millisecond)
-	if err := s.Close(); err != nil {
-		t.Errorf("Close = %v", err)
-	}
-	close(stop)
-	wg.Wait()
-
-	if _, err := s.Get(ctx, []byte("c/a")); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Get after Close = %v, want ErrClosed", err)
-	}
-	if it2, err := s.Scan(ctx, kv.ScanOptions{}); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Scan after Close = %v, want ErrClosed", err)
-		if it2 != nil {
-			_ = it2.Close()
-		}
-	}
-	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("c/c"), nil)}); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Commit after Close = %v, want ErrClosed", err)
-	}
-	if _, err := s.Partitions(ctx, nil, nil); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Partitions after Close = %v, want ErrClosed", err)
-	}
-	if b, err := it.Next(ctx); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Next on an iterator that outlived its store = %d pairs, %v; want ErrClosed", len(b), err)
-	}
-	if err := it.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Iterator.Close after store Close = %v", err)
-	}
-	if err := it.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("second Iterator.Close = %v", err)
-	}
-	if err := s.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("second Close = %v, want nil or ErrClosed", err)
-	}
-	t.Logf("%d commits landed while racing Close", landed.Load())
 }
