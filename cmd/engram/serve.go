@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/engramkv/engram/cmd/engram/internal/config"
+	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server"
 )
 
@@ -97,6 +98,8 @@ func newLogger(c config.Log, w io.Writer) *slog.Logger {
 //  3. the store is closed, flushing the engine;
 //  4. the HTTP endpoint goes last, so metrics stay scrapeable meanwhile.
 //
+// Steps 2 to 4 are the deferred calls below, in reverse order of start.
+//
 // unhook restores the default signal behaviour once shutdown starts: a
 // second SIGINT/SIGTERM then kills the process at once, which is safe
 // because every acknowledged write is already durable in the store.
@@ -115,66 +118,111 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 	}
 	defer closeListeners(listeners) // no-op after the gRPC servers took them
 
+	reg := newRegistry()
+	ready := &readiness{}
+	stopOps, err := startOpsEndpoint(ctx, cfg.HTTP.Listen, reg, ready, logger)
+	if err != nil {
+		return err
+	}
+	defer stopOps()
+
+	store, err := openStore(ctx, cfg, logger.With("component", "storage"), reg)
+	if err != nil {
+		return err
+	}
+	defer func() { joinErr(&err, closeStore(store, logger)) }()
+
+	opts, err := serverOptions(cfg, store, logger, reg, advertiseURLs(cfg, listeners))
+	if err != nil {
+		return err
+	}
+	logger.Info("recovering state", "engine", cfg.Storage.Engine)
+	srv, err := server.New(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			logger.Info("interrupted during recovery")
+			return nil
+		}
+		return fmt.Errorf("start server: %w", err)
+	}
+	defer func() { joinErr(&err, closeServer(srv, cfg.ShutdownTimeout, logger)) }()
+
+	grpcServers, serveErr := startGRPC(listeners, tlsConfig, opts, srv, logger)
+	ready.setCheck(srv.Ready)
+	logger.Info("engram started", "name", cfg.Name, "version", buildVersion())
+
+	runErr := waitForStop(ctx, serveErr, logger)
+	unhook()
+	ready.draining.Store(true)
+	// Watch and keepalive streams never end on their own; ending them
+	// first (clients re-watch elsewhere) lets the graceful stop finish the
+	// unary calls in flight without waiting out the timeout.
+	srv.Drain()
+	stopGRPC(cfg.ShutdownTimeout, logger, grpcServers...)
+	return runErr
+}
+
+// newRegistry returns the registry /metrics serves, holding the Go
+// runtime's, the process's and the build's metrics; the storage engine and
+// the server add theirs.
+func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewBuildInfoCollector(),
 	)
-	ready := &readiness{}
+	return reg
+}
 
-	var httpSrv *http.Server
-	if cfg.HTTP.Listen != "" {
-		var lc net.ListenConfig
-		hl, err := lc.Listen(ctx, "tcp", cfg.HTTP.Listen)
-		if err != nil {
-			return fmt.Errorf("http.listen: %w", err)
-		}
-		httpSrv = &http.Server{
-			Handler:           opsHandler(reg, ready),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		}
-		go func() {
-			if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				logger.Error("http endpoint stopped", "err", err)
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			if cerr := httpSrv.Shutdown(sctx); cerr != nil {
-				_ = httpSrv.Close()
-			}
-		}()
-		logger.Info("serving operational endpoint", "addr", hl.Addr().String(),
-			"paths", "/metrics /healthz /readyz /debug/pprof/")
+// startOpsEndpoint serves the operational HTTP endpoint (opsHandler) on addr,
+// none when addr is empty, and returns the function that stops it.
+func startOpsEndpoint(ctx context.Context, addr string, reg *prometheus.Registry, ready *readiness, logger *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
 	}
-
-	store, err := openStore(ctx, cfg, logger.With("component", "storage"), reg)
+	var lc net.ListenConfig
+	hl, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("http.listen: %w", err)
 	}
-	defer func() {
-		if cerr := store.Close(); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
-		} else {
-			logger.Info("store closed")
+	httpSrv := &http.Server{
+		Handler:           opsHandler(reg, ready),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := httpSrv.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("http endpoint stopped", "err", err)
 		}
 	}()
+	logger.Info("serving operational endpoint", "addr", hl.Addr().String(),
+		"paths", "/metrics /healthz /readyz /debug/pprof/")
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := httpSrv.Shutdown(sctx); err != nil {
+			_ = httpSrv.Close()
+		}
+	}, nil
+}
 
+// serverOptions turns the configuration into the server's options: the
+// cluster's client certificate and the data directory's scratch space are
+// read or prepared here, so their errors come before the recovery.
+func serverOptions(cfg config.Config, store kv.Store, logger *slog.Logger, reg prometheus.Registerer, advertise []string) (server.Options, error) {
 	clusterTLS, err := loadClusterTLS(cfg.Cluster.TLS)
 	if err != nil {
-		return err
+		return server.Options{}, err
 	}
 	// memkv keeps nothing on disk, not even in the data directory.
 	tempDir := ""
 	if cfg.Storage.Engine != config.EngineMemKV {
 		if tempDir, err = prepareTempDir(cfg.DataDir); err != nil {
-			return err
+			return server.Options{}, err
 		}
 	}
-	opts := server.Options{
+	return server.Options{
 		Store:                  store,
 		Logger:                 logger,
 		Registerer:             reg,
@@ -191,38 +239,23 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		MaxRequestBytes:     cfg.Limits.MaxRequestBytes,
 		MaxTxnOps:           cfg.Limits.MaxTxnOps,
 		Name:                cfg.Name,
-		AdvertiseClientURLs: advertiseURLs(cfg, listeners),
+		AdvertiseClientURLs: advertise,
 		Cluster: server.ClusterOptions{
 			Enabled:       cfg.Cluster.Enabled,
 			LeaseDuration: cfg.Cluster.LeaseDuration,
 			RenewInterval: cfg.Cluster.RenewInterval,
 			ClientTLS:     clusterTLS,
 		},
-	}
-	logger.Info("recovering state", "engine", cfg.Storage.Engine)
-	srv, err := server.New(ctx, opts)
-	if err != nil {
-		if ctx.Err() != nil {
-			logger.Info("interrupted during recovery")
-			return nil
-		}
-		return fmt.Errorf("start server: %w", err)
-	}
-	defer func() {
-		// Bounded separately from the gRPC drain so a slow drain cannot
-		// eat the time the server needs to finish its writes.
-		cctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		if cerr := srv.Close(cctx); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("close server: %w", cerr))
-		} else {
-			logger.Info("server closed")
-		}
-	}()
+	}, nil
+}
 
-	// One gRPC server per transport: TLS credentials are a server option,
-	// so plaintext (http://, unix://) and TLS (https://) listeners cannot
-	// share one.
+// startGRPC serves the etcd v3 API on every listener. It returns the gRPC
+// servers, for stopGRPC, and the channel a listener's failure arrives on.
+//
+// One gRPC server per transport: TLS credentials are a server option, so
+// plaintext (http://, unix://) and TLS (https://) listeners cannot share
+// one.
+func startGRPC(listeners []clientListener, tlsConfig *tls.Config, opts server.Options, srv *server.Server, logger *slog.Logger) ([]*grpc.Server, <-chan error) {
 	var plain, secure *grpc.Server
 	serveErr := make(chan error, len(listeners))
 	for _, l := range listeners {
@@ -241,24 +274,51 @@ func serve(ctx context.Context, unhook func(), cfg config.Config, logger *slog.L
 		}(*gs, l)
 		logger.Info("serving etcd v3 API", "url", l.url, "addr", l.Addr().String())
 	}
-	ready.setCheck(srv.Ready)
-	logger.Info("engram started", "name", cfg.Name, "version", buildVersion())
+	return []*grpc.Server{plain, secure}, serveErr
+}
 
-	var runErr error
+// waitForStop returns when a signal arrives (ctx ends), with nil, or when a
+// listener fails, with its error.
+func waitForStop(ctx context.Context, serveErr <-chan error, logger *slog.Logger) error {
 	select {
 	case <-ctx.Done():
 		logger.Info("shutting down: signal received (a second signal kills the process at once)")
-	case runErr = <-serveErr:
-		logger.Error("shutting down: listener failed", "err", runErr)
+		return nil
+	case err := <-serveErr:
+		logger.Error("shutting down: listener failed", "err", err)
+		return err
 	}
-	unhook()
-	ready.draining.Store(true)
-	// Watch and keepalive streams never end on their own; ending them
-	// first (clients re-watch elsewhere) lets the graceful stop finish the
-	// unary calls in flight without waiting out the timeout.
-	srv.Drain()
-	stopGRPC(cfg.ShutdownTimeout, logger, plain, secure)
-	return runErr
+}
+
+// closeServer finishes the server's in-flight writes and stops its
+// background loops. It has a timeout of its own, apart from the gRPC
+// drain's, so a slow drain cannot eat the time the server needs to finish
+// its writes.
+func closeServer(srv *server.Server, timeout time.Duration, logger *slog.Logger) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := srv.Close(ctx); err != nil {
+		return fmt.Errorf("close server: %w", err)
+	}
+	logger.Info("server closed")
+	return nil
+}
+
+// closeStore closes the storage engine, which flushes it.
+func closeStore(store kv.Store, logger *slog.Logger) error {
+	if err := store.Close(); err != nil {
+		return fmt.Errorf("close store: %w", err)
+	}
+	logger.Info("store closed")
+	return nil
+}
+
+// joinErr adds the error of a shutdown step, if any, to the error serve
+// returns, which is left as it is when the step succeeded.
+func joinErr(result *error, err error) {
+	if err != nil {
+		*result = errors.Join(*result, err)
+	}
 }
 
 // stopGRPC gracefully stops every non-nil server at once: listeners close,
