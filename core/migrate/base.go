@@ -1,0 +1,94 @@
+package migrate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/snapshot"
+)
+
+// base downloads the source's snapshot and imports it.
+func (m *migration) base(ctx context.Context, rec mvcc.ImportRecord) error {
+	path, err := m.download(ctx)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(path)
+	f, err := snapshot.Open(path, snapshot.OpenOptions{})
+	if err != nil {
+		return fmt.Errorf("migrate: the source's snapshot: %w", err)
+	}
+	defer f.Close()
+	info := f.Info()
+	rec.CompactRev = info.CompactRev
+	m.ph = phase{Phase: "base", BaseRev: info.Revision, Prefix: m.opts.Prefix}
+	rec.Extra, _ = json.Marshal(m.ph)
+	im, err := mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec})
+	if err != nil {
+		return err
+	}
+	m.im = im
+	leases, err := f.Leases()
+	if err != nil {
+		return err
+	}
+	for _, l := range leases {
+		if err := im.Lease(l.ID, max(l.TTL, 1)); err != nil {
+			return err
+		}
+	}
+	m.log.Info("importing the base snapshot", "revision", info.Revision, "compacted", info.CompactRev, "rows", info.TotalKeys)
+	last := time.Now()
+	err = f.Entries(ctx, func(e *etcdfmt.Entry) error {
+		if !bytes.HasPrefix(e.KV.Key, m.opts.Prefix) {
+			return nil
+		}
+		m.rows++
+		if time.Since(last) > time.Second {
+			last = time.Now()
+			m.report(Progress{Phase: "base", Rows: m.rows, SourceRev: info.Revision})
+		}
+		return im.Add(ctx, e)
+	})
+	if err != nil {
+		return fmt.Errorf("migrate: import the base: %w", err)
+	}
+	if err := im.Advance(ctx, info.Revision); err != nil {
+		return err
+	}
+	m.ph.Phase = "follow"
+	m.sourceRev = info.Revision
+	return m.flush(ctx)
+}
+
+// download saves the source's snapshot stream to a file, sha256 trailer
+// included, for snapshot.Open to verify.
+func (m *migration) download(ctx context.Context) (string, error) {
+	rc, err := m.opts.Client.Snapshot(ctx)
+	if err != nil {
+		return "", fmt.Errorf("migrate: snapshot of the source: %w", err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(m.opts.TempDir, "engram-migrate-base-*.db")
+	if err != nil {
+		return "", fmt.Errorf("migrate: %w", err)
+	}
+	n, err := io.Copy(f, rc)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", fmt.Errorf("migrate: snapshot of the source (after %d bytes): %w", n, err)
+	}
+	m.log.Info("downloaded the source's snapshot", "bytes", n, "file", filepath.Base(f.Name()))
+	return f.Name(), nil
+}
