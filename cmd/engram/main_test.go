@@ -135,6 +135,21 @@ func TestLoadTLSErrorsNameTheKey(t *testing.T) {
 	}
 }
 
+func TestLoadCAErrorsNameTheKey(t *testing.T) {
+	_, err := loadClusterTLS(config.ClusterTLS{CAFile: "/nonexistent-ca.pem"})
+	if err == nil || !strings.Contains(err.Error(), "cluster.tls.ca-file") {
+		t.Errorf("missing cluster CA: %v", err)
+	}
+	notPEM := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = loadClusterTLS(config.ClusterTLS{CAFile: notPEM})
+	if err == nil || !strings.Contains(err.Error(), "cluster.tls.ca-file: "+notPEM+" holds no PEM certificate") {
+		t.Errorf("cluster CA without a certificate: %v", err)
+	}
+}
+
 func TestOpsHandler(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ready := &readiness{}

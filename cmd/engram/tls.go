@@ -26,13 +26,9 @@ func loadTLS(c config.TLS) (*tls.Config, error) {
 		MinVersion:   tls.VersionTLS12,
 	}
 	if c.ClientCAFile != "" {
-		pem, err := os.ReadFile(c.ClientCAFile)
+		pool, err := loadCAPool("tls.client-ca-file", c.ClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("tls.client-ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls.client-ca-file: %s holds no PEM certificate", c.ClientCAFile)
+			return nil, err
 		}
 		tc.ClientCAs = pool
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
@@ -48,13 +44,9 @@ func loadClusterTLS(c config.ClusterTLS) (*tls.Config, error) {
 	}
 	tc := &tls.Config{MinVersion: tls.VersionTLS12}
 	if c.CAFile != "" {
-		pem, err := os.ReadFile(c.CAFile)
+		pool, err := loadCAPool("cluster.tls.ca-file", c.CAFile)
 		if err != nil {
-			return nil, fmt.Errorf("cluster.tls.ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("cluster.tls.ca-file: %s holds no PEM certificate", c.CAFile)
+			return nil, err
 		}
 		tc.RootCAs = pool
 	}
@@ -66,4 +58,18 @@ func loadClusterTLS(c config.ClusterTLS) (*tls.Config, error) {
 		tc.Certificates = []tls.Certificate{cert}
 	}
 	return tc, nil
+}
+
+// loadCAPool reads the PEM CA bundle named by the configuration key key;
+// errors name the key.
+func loadCAPool(key, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: %s holds no PEM certificate", key, file)
+	}
+	return pool, nil
 }
