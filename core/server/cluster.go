@@ -121,6 +121,7 @@ func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 		old.stop()
 	}
 	s.api.SetRole(ls.role(etcdapi.MemberID(s.opts.Name)))
+	s.publishRole(publishedRole{leading: true, leader: s.opts.Name})
 	s.log.Info("serving as leader", "term", term, "revision", ls.backend.Rev(), "recovery", time.Since(start))
 	return nil
 }
@@ -136,6 +137,8 @@ func (s *Server) becomeFollower() {
 	if ls != nil {
 		ls.stop()
 	}
+	// The LeaderChanged that follows names the next leader, if any.
+	s.publishRole(publishedRole{})
 }
 
 func (s *Server) followLeader(r election.Record, ok bool) {
@@ -161,6 +164,11 @@ func (s *Server) followLeader(r election.Record, ok bool) {
 		}
 		s.api.SetRole(role)
 		s.log.Info("following", "leader", r.Holder, "term", r.Term, "known", ok)
+		following := publishedRole{}
+		if conn != nil {
+			following.leader = r.Holder
+		}
+		s.publishRole(following)
 	}
 	if old != nil {
 		// Requests in flight on the old connection were to a leader that

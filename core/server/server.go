@@ -127,6 +127,17 @@ type Server struct {
 	mu     sync.Mutex
 	leader *leaderState     // non-nil while this node leads
 	conn   *grpc.ClientConn // to the leader, while following
+
+	// roleMu guards the role as published once in effect (see RoleChanged).
+	roleMu      sync.Mutex
+	role        publishedRole
+	roleChanged chan struct{} // closed and replaced at each change
+}
+
+// publishedRole is what IsLeader and Leader report.
+type publishedRole struct {
+	leading bool
+	leader  string // the known leader's name; "" while none is known
 }
 
 // leaderState is what exists only while this node leads.
@@ -170,7 +181,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	}
 	log := opts.Logger
 	runCtx, cancel := context.WithCancel(context.Background())
-	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer)}
+	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer), roleChanged: make(chan struct{})}
 	apiOpts := etcdapi.Options{
 		Store:      opts.Store,
 		Limits:     etcdapi.Limits{MaxRequestBytes: opts.MaxRequestBytes, MaxTxnOps: opts.MaxTxnOps},
@@ -188,6 +199,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		s.leader = ls
 		apiOpts.Role = ls.role(etcdapi.MemberID(opts.Name))
 		s.api = etcdapi.New(apiOpts)
+		s.publishRole(publishedRole{leading: true, leader: opts.Name})
 		s.ready.Store(true)
 		return s, nil
 	}
@@ -266,11 +278,41 @@ func (s *Server) Ready() error {
 	return nil
 }
 
-// IsLeader reports whether this node leads (always true without a cluster).
+// IsLeader reports whether this node serves as leader (always true without
+// a cluster).
 func (s *Server) IsLeader() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.leader != nil
+	s.roleMu.Lock()
+	defer s.roleMu.Unlock()
+	return s.role.leading
+}
+
+// Leader returns the name of the member this node serves as leader or
+// forwards to; ok is false while it knows no leader.
+func (s *Server) Leader() (name string, ok bool) {
+	s.roleMu.Lock()
+	defer s.roleMu.Unlock()
+	return s.role.leader, s.role.leader != ""
+}
+
+// RoleChanged returns a channel closed at this node's next change of role,
+// once the new role is in effect: when it takes up or gives up leadership,
+// or starts forwarding to another leader or to none. Take the channel
+// before reading IsLeader or Leader, so that no change falls in between;
+// this lets a caller wait for a role instead of polling for it.
+func (s *Server) RoleChanged() <-chan struct{} {
+	s.roleMu.Lock()
+	defer s.roleMu.Unlock()
+	return s.roleChanged
+}
+
+// publishRole records the role now in effect and wakes RoleChanged's
+// waiters.
+func (s *Server) publishRole(r publishedRole) {
+	s.roleMu.Lock()
+	defer s.roleMu.Unlock()
+	s.role = r
+	close(s.roleChanged)
+	s.roleChanged = make(chan struct{})
 }
 
 // Drain ends long-lived streams (watches, lease keepalives) with etcd's
@@ -305,6 +347,7 @@ func (s *Server) Close(ctx context.Context) error {
 		if s.reader != nil {
 			_ = s.reader.Close()
 		}
+		s.publishRole(publishedRole{})
 		close(done)
 	}()
 	select {

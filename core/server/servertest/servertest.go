@@ -51,8 +51,16 @@ type Server struct {
 // simulated, not killed; the e2e tests use SIGKILL on a real process.)
 func (s *Server) Kill() { s.kill() }
 
-// IsLeader reports whether the node leads its cluster.
+// IsLeader reports whether the node serves as leader of its cluster.
 func (s *Server) IsLeader() bool { return s.srv.IsLeader() }
+
+// Leader returns the name of the member the node serves as leader or
+// forwards to; ok is false while it knows none.
+func (s *Server) Leader() (name string, ok bool) { return s.srv.Leader() }
+
+// RoleChanged returns a channel closed at the node's next change of role;
+// see server.Server.RoleChanged.
+func (s *Server) RoleChanged() <-chan struct{} { return s.srv.RoleChanged() }
 
 // Stop shuts the server down now (gracefully: queued writes are committed);
 // it also runs at cleanup. It does not close a Store passed in Options, so a
