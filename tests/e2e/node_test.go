@@ -170,11 +170,6 @@ func (n *node) waitReady() error {
 	defer cancel()
 	hc := &http.Client{Timeout: time.Second}
 	for {
-		select {
-		case <-n.exited:
-			return fmt.Errorf("engram exited before it was ready: %v", n.state)
-		default:
-		}
 		resp, err := hc.Get("http://" + n.httpAddr + "/readyz")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
@@ -183,10 +178,15 @@ func (n *node) waitReady() error {
 				return nil
 			}
 		}
+		// Readiness lives in another process and /readyz is how it is
+		// told, so it is asked again until it answers 200 (or the process
+		// exits); startTimeout only guards against a hang.
 		select {
 		case <-ctx.Done():
 			n.killIfRunning()
 			return fmt.Errorf("engram not ready after %v (last error: %v)", startTimeout, err)
+		case <-n.exited:
+			return fmt.Errorf("engram exited before it was ready: %v", n.state)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
