@@ -1,0 +1,3 @@
+module github.com/engramkv/engram/internal/btree
+
+go 1.26.8
