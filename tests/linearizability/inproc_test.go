@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -56,8 +57,6 @@ func (m *member) start() {
 		Cluster:             m.opts,
 	}
 	opts.Cluster.Enabled = true
-	// The port was this member's before a kill; it may take a moment for
-	// the kernel to release it.
 	var (
 		l   net.Listener
 		err error
@@ -66,8 +65,9 @@ func (m *member) start() {
 		if l, err = net.Listen("tcp", m.addr); err == nil {
 			break
 		}
-		// The killed node's listener may still hold its fixed port for a
-		// moment; nothing signals its release, so retry at a bounded pace.
+		// The port was this member's before a kill, and the killed node's
+		// listener may still hold it for a moment; nothing signals its
+		// release, so listening is retried at a bounded pace.
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err != nil {
@@ -125,8 +125,26 @@ func (m *member) Kill() {
 // Restart starts a killed node again on the same store and address.
 func (m *member) Restart() { m.start() }
 
+// IsLeader is the running server's IsLeader.
 func (m *member) IsLeader() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.srv.IsLeader()
+}
+
+// RoleChanged is the running server's RoleChanged.
+func (m *member) RoleChanged() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.srv.RoleChanged()
+}
+
+// anyClosed waits until one of chans is closed (true) or ctx ends (false).
+func anyClosed(ctx context.Context, chans ...<-chan struct{}) bool {
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())}}
+	for _, c := range chans {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+	}
+	chosen, _, _ := reflect.Select(cases)
+	return chosen != 0
 }

@@ -100,16 +100,11 @@ func (p *proc) launch() error {
 }
 
 // waitReady polls /readyz until it answers 200 (recovery after a crash
-// included), at most a minute.
+// included). The minute only guards against a hang.
 func (p *proc) waitReady() error {
-	deadline := time.Now().Add(time.Minute)
+	timeout := time.After(time.Minute)
 	hc := &http.Client{Timeout: time.Second}
 	for {
-		select {
-		case <-p.exited:
-			return errors.New("engram exited before it was ready")
-		default:
-		}
 		resp, err := hc.Get("http://" + p.httpAddr + "/readyz")
 		if err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
@@ -118,12 +113,17 @@ func (p *proc) waitReady() error {
 				return nil
 			}
 		}
-		if time.Now().After(deadline) {
+		// Readiness lives in another process and /readyz is how it is
+		// told, so it is asked again until it answers 200 or the process
+		// exits.
+		select {
+		case <-p.exited:
+			return errors.New("engram exited before it was ready")
+		case <-timeout:
 			p.kill()
 			return fmt.Errorf("not ready after a minute (last error %v)", err)
+		case <-time.After(20 * time.Millisecond):
 		}
-		// Polling pace.
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

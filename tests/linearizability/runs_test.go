@@ -88,26 +88,29 @@ func TestClusterPostgresLeaderKill9(t *testing.T) {
 }
 
 // processLeader returns the index of the endpoint that reports itself
-// leader (not exclude), waiting up to 10 leases; -1 (and a test error)
-// when none does.
+// leader (not exclude); -1 (and a test error) when none does within a
+// minute, which only guards against a hang: an election takes about a
+// lease.
 func (f *faults) processLeader(exclude int) int {
-	deadline := time.Now().Add(10 * pgLease)
-	for time.Now().Before(deadline) {
+	ctx, cancel := context.WithTimeout(f.run, time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
 		for i, ep := range f.eps {
 			if i == exclude {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			st, err := f.cli.Status(ctx, ep)
-			cancel()
+			sctx, scancel := context.WithTimeout(ctx, time.Second)
+			st, err := f.cli.Status(sctx, ep)
+			scancel()
 			if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
 				return i
 			}
 		}
-		// Polling pace.
+		// The election runs inside the engram processes and their Status
+		// is the only view a client has of it, so it is asked again.
 		time.Sleep(50 * time.Millisecond)
 	}
-	f.t.Errorf("no leader among the nodes (excluding %d) after %v", exclude, 10*pgLease)
+	f.t.Errorf("no leader among the nodes (excluding %d): %v", exclude, ctx.Err())
 	return -1
 }
 
@@ -156,19 +159,29 @@ func sharedStoreRun(t *testing.T, open func(i int) kv.Store) {
 			server.ClusterOptions{LeaseDuration: memberLease, RenewInterval: memberLease / 4})
 		eps = append(eps, members[i].addr)
 	}
+	// leader waits for a member other than exclude to lead and returns it,
+	// or -1 (and a test error). It wakes on the members' role changes; the
+	// minute only guards against a hang: an election takes about a lease.
 	leader := func(f *faults, exclude int) int {
-		deadline := time.Now().Add(10 * memberLease)
-		for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(f.run, time.Minute)
+		defer cancel()
+		for {
+			// The channels are taken before the roles are read, so that
+			// no change falls in between.
+			changed := make([]<-chan struct{}, len(members))
+			for i, m := range members {
+				changed[i] = m.RoleChanged()
+			}
 			for i, m := range members {
 				if i != exclude && m.IsLeader() {
 					return i
 				}
 			}
-			// Polling pace.
-			time.Sleep(10 * time.Millisecond)
+			if !anyClosed(ctx, changed...) {
+				f.t.Errorf("no leader among the nodes (excluding %d): %v", exclude, ctx.Err())
+				return -1
+			}
 		}
-		f.t.Errorf("no leader among the nodes (excluding %d) after %v", exclude, 10*memberLease)
-		return -1
 	}
 	partitioned := errors.New("partitioned from the store")
 	uncertain := fmt.Errorf("injected timeout: %w", kv.ErrUncertain)
