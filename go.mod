@@ -8,6 +8,7 @@ require (
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/dgraph-io/badger/v3 v3.2103.5
 	github.com/engramkv/engram/abi v0.0.0
+	github.com/engramkv/engram/internal/btree v0.0.0
 	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/knadh/koanf/parsers/yaml v1.1.1
 	github.com/knadh/koanf/providers/env v1.1.0
@@ -85,4 +86,7 @@ require (
 	gopkg.in/natefinch/lumberjack.v2 v2.0.0 // indirect
 )
 
-replace github.com/engramkv/engram/abi => ./abi
+replace (
+	github.com/engramkv/engram/abi => ./abi
+	github.com/engramkv/engram/internal/btree => ./internal/btree
+)

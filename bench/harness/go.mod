@@ -21,5 +21,11 @@ require (
 )
 
 // The harness reads engram bench's JSON with the schema in bench/result of
-// this repository, never a published version.
-replace github.com/engramkv/engram => ../..
+// this repository, never a published version. The engram module's own
+// modules are unpublished too: replace directives are not inherited, so
+// they are repeated here for the module graph to resolve.
+replace (
+	github.com/engramkv/engram => ../..
+	github.com/engramkv/engram/abi => ../../abi
+	github.com/engramkv/engram/internal/btree => ../../internal/btree
+)

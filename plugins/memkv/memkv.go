@@ -1,8 +1,9 @@
 // Package memkv is an in-memory kv.Store for tests and benchmarks.
 //
 // It owns nothing but an ordered map held in a persistent (copy-on-write)
-// B-tree: a Commit builds a new version of the tree under a mutex and
-// publishes its root atomically, so Get never locks and Scan takes an O(1)
+// B-tree, internal/btree, which the wasm test plugin testplugins/memkv
+// shares: a Commit changes the tree under a mutex and publishes a frozen
+// version of it atomically, so Get never locks and Scan takes an O(1)
 // snapshot that later commits cannot disturb. It must stay a faithful,
 // dependency-free implementation of the kv contract, because the core's
 // tests and benchmarks use it as the reference adaptor; it must not grow
@@ -17,21 +18,29 @@ import (
 	"sync/atomic"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/internal/btree"
 )
 
 // Store is an in-memory kv.Store. The zero value is not usable; call New.
 type Store struct {
 	// mu serialises commits, which makes Commit trivially atomic and
-	// serial, and lets Close wait for the commit in flight.
-	mu     sync.Mutex
-	root   atomic.Pointer[node]
-	closed atomic.Bool
+	// serial, and lets Close wait for the commit in flight. It guards tree.
+	mu   sync.Mutex
+	tree btree.Tree
+	// published is the tree as of the last commit, frozen: what Get and
+	// Scan read without locking.
+	published atomic.Pointer[btree.Version]
+	closed    atomic.Bool
 }
 
 var _ kv.Store = (*Store)(nil)
 
 // New returns an empty store.
-func New() *Store { return &Store{} }
+func New() *Store {
+	s := &Store{}
+	s.published.Store(&btree.Version{})
+	return s
+}
 
 // Features reports memkv's capabilities: none beyond the core, and no
 // durability.
@@ -44,7 +53,7 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if s.closed.Load() {
 		return nil, kv.ErrClosed
 	}
-	v, ok := lookup(s.root.Load(), key)
+	v, ok := s.published.Load().Get(key)
 	if !ok {
 		return nil, kv.ErrNotFound
 	}
@@ -65,7 +74,7 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	// and needs no serialisation. Each op gets its own allocation rather
 	// than one per batch, so that overwriting one key of a batch frees its
 	// memory instead of being pinned by its neighbours.
-	items := make([]item, len(ops))
+	items := make([]btree.Item, len(ops))
 	for i, op := range ops {
 		if op.Kind == kv.OpDelete || op.Kind == kv.OpCompareAndDelete {
 			continue
@@ -74,7 +83,7 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		buf := make([]byte, kl+len(op.Value))
 		copy(buf, op.Key)
 		copy(buf[kl:], op.Value)
-		items[i] = item{key: buf[:kl:kl], value: buf[kl:]}
+		items[i] = btree.Item{Key: buf[:kl:kl], Value: buf[kl:]}
 	}
 
 	s.mu.Lock()
@@ -82,42 +91,40 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	if s.closed.Load() {
 		return kv.ErrClosed
 	}
-	root := s.root.Load()
 	for i, op := range ops {
 		if !op.Kind.Conditional() {
 			continue
 		}
-		if cur, exists := lookup(root, op.Key); !op.Holds(cur, exists) {
+		if cur, exists := s.tree.Get(op.Key); !op.Holds(cur, exists) {
 			return op.Conflict(i, cur, exists)
 		}
 	}
-	t := tree{root: root, tok: new(token)}
 	for i, op := range ops {
 		switch op.Kind {
 		case kv.OpDelete:
 			// Deleting an absent key would still copy the path; skip it.
-			if _, ok := lookup(t.root, op.Key); ok {
-				t.remove(op.Key)
+			if _, ok := s.tree.Get(op.Key); ok {
+				s.tree.Delete(op.Key)
 			}
 		case kv.OpCompareAndDelete:
-			t.remove(op.Key)
+			s.tree.Delete(op.Key)
 		default:
-			t.set(items[i])
+			s.tree.Set(items[i].Key, items[i].Value)
 		}
 	}
-	s.root.Store(t.root)
+	v := s.tree.Freeze()
+	s.published.Store(&v)
 	return nil
 }
 
-// Scan opens an iterator over the current root. The snapshot is the root
-// pointer itself, so it is free to take and never blocks writers.
+// Scan opens an iterator over the published version. The snapshot is the
+// version itself, so it is free to take and never blocks writers.
 func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
 	if s.closed.Load() {
 		return nil, kv.ErrClosed
 	}
 	it := &iterator{
 		store:   s,
-		cur:     cursor{reverse: opts.Reverse},
 		limit:   opts.Limit,
 		batch:   opts.BatchSize,
 		reverse: opts.Reverse,
@@ -135,11 +142,11 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		it.done = true
 		return it, nil
 	}
-	root := s.root.Load()
+	v := *s.published.Load()
 	if opts.Reverse {
-		it.cur.seekLT(root, it.end)
+		it.cur.SeekLT(v, it.end)
 	} else {
-		it.cur.seekGE(root, it.start)
+		it.cur.SeekGE(v, it.start)
 	}
 	return it, nil
 }
@@ -161,7 +168,8 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return kv.ErrClosed
 	}
-	s.root.Store(nil)
+	s.tree = btree.Tree{}
+	s.published.Store(&btree.Version{})
 	return nil
 }
 
@@ -170,7 +178,7 @@ type iterator struct {
 	// mu makes the iterator safe to share, as the contract asks of every
 	// method; it is uncontended in normal use.
 	mu         sync.Mutex
-	cur        cursor
+	cur        btree.Cursor
 	start, end []byte
 	reverse    bool
 	limit      int // pairs still allowed when > 0
@@ -193,17 +201,17 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 	}
 	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
 	for !b.Full() {
-		e, ok := it.cur.next()
+		e, ok := it.cur.Next()
 		if ok && it.reverse {
-			ok = bytes.Compare(e.key, it.start) >= 0
+			ok = bytes.Compare(e.Key, it.start) >= 0
 		} else if ok && it.end != nil {
-			ok = bytes.Compare(e.key, it.end) < 0
+			ok = bytes.Compare(e.Key, it.end) < 0
 		}
 		if !ok {
 			it.finish()
 			break
 		}
-		b.Add(e.key, e.value)
+		b.Add(e.Key, e.Value)
 	}
 	it.yielded += b.Len()
 	if it.limit > 0 && it.yielded >= it.limit {
@@ -215,7 +223,7 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 // finish ends the iteration and lets the snapshot go.
 func (it *iterator) finish() {
 	it.done = true
-	it.cur.stack = nil
+	it.cur.Reset()
 }
 
 func (it *iterator) Close() error {

@@ -6,6 +6,8 @@ replace github.com/engramkv/engram => ../..
 
 replace github.com/engramkv/engram/abi => ../../abi
 
+replace github.com/engramkv/engram/internal/btree => ../../internal/btree
+
 require (
 	github.com/engramkv/engram v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.6.16
@@ -36,6 +38,7 @@ require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
 	github.com/engramkv/engram/abi v0.0.0 // indirect
+	github.com/engramkv/engram/internal/btree v0.0.0 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
