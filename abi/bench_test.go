@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// benchOps is the 64-op CAS batch of the wasm host findings (about 14.6 KB),
-// so numbers compare with the measurements that chose this encoding.
+// benchOps is the 64-op CAS batch (about 14.6 KB) of the measurements that
+// chose this encoding, so numbers compare with them (DESIGN.md, "The ABI's
+// guest-owned buffer").
 func benchOps() []CommitOp {
 	ops := make([]CommitOp, 64)
 	for i := range ops {

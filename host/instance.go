@@ -182,9 +182,9 @@ type failure struct {
 // instance is marked dead.
 //
 // now is the caller's reading of the clock at the start of the call: one
-// clock read serves the deadline, the abort point and the latency metric
-// (each time.Now costs about 50 ns here, several per call added up to a
-// quarter of a call's host-side time).
+// clock read serves the deadline, the abort point and the latency metric,
+// because several reads per call were a measurable share of its host-side
+// time (DESIGN.md, "Per-call costs in the host and the SDK").
 func (in *instance) roundTrip(ctx context.Context, op abi.Op, req []byte, now, dl time.Time) (abi.Status, []byte, *failure) {
 	in.begin(ctx, now, dl)
 	defer in.end()

@@ -13,11 +13,10 @@ import (
 // mapping of the memory's maximum size, reserved but not committed: pages
 // cost RSS only once the guest touches them, as before. wazero's default
 // keeps linear memory in a Go slice and grows it with append, so a guest
-// whose heap grows has its whole memory copied again and again (374 MB
-// allocated by MemoryInstance.Grow in 5 s of creates on memkv.wasm, 16% of
-// the process's allocations) and holds it in the Go heap, where it paces
-// the host's garbage collector. A mapping never moves and sits outside the
-// Go heap, like a C allocator's memory.
+// whose heap grows has its whole memory copied again and again, and holds
+// it in the Go heap, where it paces the host's garbage collector (DESIGN.md,
+// "Linear memory outside the Go heap"). A mapping never moves and sits
+// outside the Go heap, like a C allocator's memory.
 //
 // Memory of a closed module is unmapped: nothing in the host keeps a view of
 // guest memory past a call (responses are copied before the instance is

@@ -17,12 +17,12 @@
 // returns (every length and pointer is checked, every body fully decoded
 // before use), must not let a plugin crash or wedge the server through
 // anything the host controls, and must not turn on wazero's
-// close-on-context-done by default: it costs every call a goroutine and the
-// guest 5-17x CPU time (see shared/notes/wasm-host-findings.md). Only
-// Options.Untrusted turns it on, for plugins that may spin without calling
-// the host, which nothing else can stop: a wasm guest spinning in compiled
-// code cannot be preempted, and it even blocks the Go garbage collector's
-// stop-the-world, hanging the whole process.
+// close-on-context-done by default, because it costs every call a goroutine
+// and the guest several times its CPU time (DESIGN.md, "Interrupting a
+// spinning plugin"). Only Options.Untrusted turns it on, for plugins that
+// may spin without calling the host, which nothing else can stop: a wasm
+// guest spinning in compiled code cannot be preempted, and it even blocks
+// the Go garbage collector's stop-the-world, hanging the whole process.
 package host
 
 import (
@@ -69,8 +69,9 @@ type Options struct {
 	MemoryLimit int64
 	// Untrusted compiles the plugin with wazero's interruption checks
 	// (close on context done), so a call spinning in guest code without
-	// host calls is stopped at its deadline. It costs guest CPU time
-	// (5-17x on Go guests) and a goroutine per call; off by default.
+	// host calls is stopped at its deadline. It costs guest CPU time and a
+	// goroutine per call (DESIGN.md, "Interrupting a spinning plugin"); off
+	// by default.
 	Untrusted bool
 	// SHA256 pins the plugin file: when set (64 hex digits, optionally
 	// prefixed "sha256:"), Load refuses a file whose SHA-256 differs,

@@ -359,10 +359,8 @@ func (s *Store) release(in *instance) {
 	if handed {
 		// The waiter was made runnable next on this P, but would only
 		// run once this goroutine blocks or is preempted, up to 10 ms
-		// later, while the instance waits for it: the list workload
-		// on memkv.wasm measured 365 us between hand-off and use, six
-		// times per list, with the single instance idle. Yielding runs
-		// the waiter now (61-72 us).
+		// later, while the instance sits idle; yielding runs the waiter
+		// now (DESIGN.md, "Instance models").
 		runtime.Gosched()
 	}
 }

@@ -522,9 +522,9 @@ func (d *dispatcher) checkBatch(ops []Op) string {
 // dupFinder finds a key named twice in a batch in linear time, allocating
 // nothing once its table has grown: an open-addressing table of key hashes,
 // where equal hashes are confirmed by comparing the keys. Comparing every
-// pair of keys would be quadratic, and in wasm bytes.Equal walks single
-// bytes (about 5 ns each), so a 16-op batch of same-length keys took about
-// 18 µs; a map keyed by string costs as much in hashing and allocation.
+// pair of keys would be quadratic, and in wasm bytes.Equal is slow enough
+// for that to show (DESIGN.md, "Per-call costs in the host and the SDK"); a
+// map keyed by string costs as much in hashing and allocation.
 type dupFinder struct {
 	slots  []int32 // 1 + the index of the op whose key hashed here; 0 = empty
 	hashes []uint64

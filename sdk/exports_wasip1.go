@@ -25,17 +25,14 @@ var (
 	calls   uint64
 )
 
-// yieldEvery is how many calls pass between two yields to the Go scheduler
-// (runtime.Gosched costs about 1.4 µs in a guest: 20 ns a call). Nothing
-// but the call's own goroutine runs during a call unless it blocks, and
-// that includes the garbage collector's background mark worker: a
+// yieldEvery is how many calls pass between two yields to the Go scheduler.
+// Nothing but the call's own goroutine runs during a call unless it blocks,
+// and that includes the garbage collector's background mark worker: a
 // collection started by an allocation then only advances through the
 // allocations' assists, and its write barriers stay on for many calls.
-// perf of the update workload on memkv.wasm: the barriers and their
-// marking (wbBufFlush1, findObject, bulkBarrierPreWrite...) were 14% of
-// the server's CPU; yielding every 64 calls lets the worker finish the
-// cycle (it paces itself to a fraction of the time since the cycle began)
-// and the guest's share of the CPU fell from 34% to 25%. It also lets
+// Yielding every 64 calls lets the worker finish the cycle (it paces itself
+// to a fraction of the time since the cycle began) at a small cost per call
+// (DESIGN.md, "Per-call costs in the host and the SDK"). It also lets
 // goroutines a driver started run more often.
 const yieldEvery = 64
 

@@ -26,8 +26,8 @@
 // stays parked. Statements go as text with their values inline (appendLit)
 // and several per round trip (CLIENT_MULTI_STATEMENTS): a 3-op commit is
 // two round trips, where prepared statements would take one per op plus
-// BEGIN and COMMIT (measured: 0.36-0.41 ms against 0.63-0.65 ms for one
-// statement per round trip, on a local MariaDB).
+// BEGIN and COMMIT (DESIGN.md, "Statements per round trip in the SQL
+// adaptors").
 //
 // What does not depend on the driver (the common settings, the connection
 // pool, the commit loop, the scan iterator) is adaptors/internal/sqlkv's;
