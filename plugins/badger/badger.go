@@ -14,8 +14,8 @@
 // queued while the previous group was being written and applies them in one
 // badger transaction: one WAL write, one fsync. Badger's own write path
 // cannot share fsyncs this way, because it syncs its WAL once per
-// transaction even when it batches several into one write (see
-// BenchmarkBaseline). Within a group, batches are evaluated in arrival
+// transaction even when it batches several into one write (BenchmarkBaseline;
+// DESIGN.md, "Group commit"). Within a group, batches are evaluated in arrival
 // order against the transaction's state, so each batch sees the batches
 // before it; a batch whose condition fails contributes nothing and does not
 // affect the others. Because there is a single writer, badger's optimistic
@@ -74,17 +74,15 @@ const (
 	dataPrefix = 'd'
 
 	defaultBlockCacheSize = 64 << 20
-	// Badger's defaults (five 64 MiB memtables, four compactors) left 0.94
-	// GiB of live heap after loading a million 512-byte objects
-	// (bench/harness load, 2 cores): 83 MiB of skiplist arena per memtable
-	// and 0.75 GiB of table-builder buffers that badger's allocator pool
-	// keeps (up to 8 allocators, on the Go heap without jemalloc, each grown
-	// to the largest table it built). 16 MiB memtables measured 0.68-0.81
-	// GiB live and loaded faster, but badger limits one transaction to 15%
-	// of a memtable, and 2.4 MiB refused a 5000-key DeleteRange (10001 ops,
-	// 4 MiB) that etcd takes in one revision; so the memtable stays at 64
-	// MiB (a 9.6 MiB transaction limit) and only their number drops: three
-	// are enough for one being written, one being flushed and one spare.
+	// Badger's defaults (five 64 MiB memtables, four compactors) hold much
+	// of the live heap after a large load: skiplist arenas per memtable and
+	// table-builder buffers that badger's allocator pool keeps. Smaller
+	// memtables would save memory, but badger limits one transaction to 15%
+	// of a memtable, which must still take a DeleteRange etcd takes in one
+	// revision; so the memtable stays at 64 MiB (a 9.6 MiB transaction
+	// limit) and only their number drops: three are enough for one being
+	// written, one being flushed and one spare. (DESIGN.md, "Badger's
+	// memory settings".)
 	defaultMemTableSize = 64 << 20
 	defaultNumMemtables = 3
 	// numCompactors is badger's minimum (compactor 0 prioritises L0); its
@@ -131,11 +129,11 @@ type Options struct {
 	// table builder that flushes it grows a buffer of up to twice this size
 	// (raw blocks in doubling steps, plus a compressed copy of each when
 	// compressing) that badger's allocator pool keeps afterwards. The
-	// builders of compaction, which memtables do not size, hold as much:
-	// 16 and 32 MiB memtables left RSS after loading a million objects
-	// where 64 MiB did (1.76 vs 1.71 GiB). It also caps one atomic Commit at 15%
-	// of it (badger's transaction limit; 9.6 MiB at 64 MiB, about 12000
-	// keys of one DeleteRange).
+	// builders of compaction, which memtables do not size, hold as much, so
+	// smaller memtables do not lower RSS after a large load (DESIGN.md,
+	// "Badger's memory settings"). It also caps one atomic Commit at 15% of
+	// it (badger's transaction limit; 9.6 MiB at 64 MiB, about 12000 keys of
+	// one DeleteRange).
 	MemTableSize int64
 	// NumMemtables is how many memtables (the one being written and those
 	// waiting to be flushed) may exist before writes wait for a flush; 0
@@ -236,10 +234,9 @@ func Open(opts Options) (*Store, error) {
 		// No compression by default, as etcd. Badger allocates a
 		// compressed copy of every block beside the raw one while it builds
 		// a table and keeps both in its allocator pool, and compressed
-		// blocks must be decompressed into a block cache to be read: after
-		// loading a million 512-byte objects of random bytes, Snappy held
-		// 1497 MiB of anonymous memory against 945 MiB without it, for 8%
-		// less disk (591 vs 642 MiB), and loaded at half the rate.
+		// blocks must be decompressed into a block cache to be read, so
+		// compression costs far more memory and load rate than it saves
+		// disk on a large load (DESIGN.md, "Badger's memory settings").
 		// Kubernetes objects compress better than random bytes; operators
 		// who would trade memory for disk choose snappy or zstd.
 		WithCompression(compression).

@@ -12,9 +12,10 @@ import (
 // badger. Every condition (put-if-absent, compare-and-swap of the revision
 // key the core read) names a key that was usually written moments before,
 // and looking it up in badger searches the memtables and, once they were
-// flushed, the L0 tables: 14% of the server's CPU under the delete workload
-// over 100,000 keys. The committer is the only writer of the database (badger
-// holds the directory lock), so it knows what it last wrote to each key.
+// flushed, the L0 tables, a measurable share of the server's CPU (DESIGN.md,
+// "The condition cache"). The committer is the only writer of the database
+// (badger holds the directory lock), so it knows what it last wrote to each
+// key.
 //
 // It remembers, for recently written keys, a 128-bit digest of the value it
 // wrote, or that it deleted the key. A condition that holds by the digest is

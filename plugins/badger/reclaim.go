@@ -21,14 +21,10 @@ import (
 // level. Left alone that takes long: badger compacts a level only when it is
 // over its size target, and a store whose live data is small never fills
 // them, so the deleted revisions and their tombstones stay on disk
-// indefinitely. Measured before this file existed: 10,000 keys of 582
-// bytes (5.8 MB live) kept about 100 MB after 90 s of updates and a
-// compaction of all history, and kept it while idle: 50 MB of tables
-// holding deleted revisions and the 50 MB write-ahead file of the memtable
-// holding the tombstones, which badger rewrites only when the 64 MiB
-// memtable fills. With it (bench/harness --churn=10m, BENCHMARKS.md "Disk
-// under churn"): 1.47 GB after compacting 10 minutes of history, 6.0 MB
-// once the reclamation had run.
+// indefinitely, and so does the write-ahead file of the memtable holding
+// the tombstones, which badger rewrites only when the memtable fills.
+// Measurements before and after: (DESIGN.md, "Space reclamation on
+// badger").
 //
 // So the store drives the reclamation itself once the core has deleted a
 // sizeable share of what the tree holds and the deletes have stopped
@@ -42,7 +38,7 @@ import (
 //     own reclaimPrefix does it, and drops the marker). The forced flush
 //     runs on the committer goroutine between two groups, because
 //     DropPrefix refuses concurrent writes with ErrBlockedWrites: commits
-//     would queue for the flush (1.5 s measured with a full memtable),
+//     would queue for the flush (over a second with a full memtable),
 //     which is why a busy store is not flushed by force.
 //  2. Flatten compacts every level into the bottom one, where tombstones and
 //     the versions they hide are dropped. Commits continue meanwhile; badger
@@ -147,8 +143,8 @@ func (s *Store) runReclaim() {
 			bursting = 0
 		}
 		// Under sustained writes the core's physical compaction can delete
-		// for minutes on end (measured: 90 s of history at ~4,000
-		// updates/s took about as long to delete), so a burst is waited
+		// for minutes on end (it deletes about as fast as the history was
+		// written: DESIGN.md, "Compaction's rule"), so a burst is waited
 		// out only for reclaimMaxBurst checks.
 		if (burst && bursting < reclaimMaxBurst) || !s.reclaimDue(now) {
 			waitTs, waited = 0, 0
@@ -161,7 +157,7 @@ func (s *Store) runReclaim() {
 		if busy && waited < reclaimMaxWait {
 			// Writes fill the memtable and badger flushes it by itself
 			// within seconds; forcing the flush now would make every
-			// commit wait for it (1.5 s measured with a full memtable).
+			// commit wait for it (over a second with a full memtable).
 			// So wait until the memtable holding the deletes is in a
 			// table, then compact the tables alone.
 			if waitTs == 0 {

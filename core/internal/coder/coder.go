@@ -18,9 +18,10 @@
 //
 // A revision key (the "revision 0" slot, as in KubeBrain) holds the latest
 // record of a key and is the compare-and-swap point for writes; object keys
-// hold the full history. Unlike KubeBrain, the two live in separate spaces so
-// that a read at the current revision scans only the latest records and never
-// steps over history.
+// hold the versions later writes superseded. Unlike KubeBrain, the two live
+// in separate spaces so that a read at the current revision scans only the
+// latest records and never steps over history (DESIGN.md, "Reads at a
+// revision").
 //
 // # Escaping
 //

@@ -14,7 +14,8 @@
 // order with no gap, and keeps compaction from ever passing an unresolved
 // revision (compaction targets only published revisions). The cost is that
 // writes queue behind an unresolved one; they are acknowledged in order once
-// it resolves. This package must not decide anything about revisions.
+// it resolves. The alternatives, and why they lose: (DESIGN.md, "Uncertain
+// commits"). This package must not decide anything about revisions.
 package retry
 
 import (
