@@ -1,6 +1,6 @@
 // Package workload is the load generator behind `engram bench`: it drives any
-// etcd v3 endpoint with requests shaped like kube-apiserver's (see
-// shared notes, kube-apiserver-etcd-api.md §3) and measures throughput and
+// etcd v3 endpoint with requests shaped like kube-apiserver's (listed in
+// bench/README.md, "kube-apiserver's requests") and measures throughput and
 // latency.
 //
 // It owns the workloads (create, get, update, list, delete, mixed, watch and

@@ -14,8 +14,8 @@ import (
 )
 
 // The request shapes below are kube-apiserver's (k8s.io/apiserver
-// storage/etcd3 through clientv3/kubernetes); see the shared notes,
-// kube-apiserver-etcd-api.md §3.1 K1, K2, K6, K7 and K8.
+// storage/etcd3 through clientv3/kubernetes). K1, K2, K6, K7 and K8 are
+// their labels in bench/README.md, "kube-apiserver's requests".
 
 // createTxn is K6: Txn{If mod(key)==0 Then Put}.
 func (r *runner) createTxn(ctx context.Context, cli *clientv3.Client, key string, value []byte) (*clientv3.TxnResponse, error) {
