@@ -223,7 +223,7 @@ func TestCompactConflict(t *testing.T) {
 func TestCompactor(t *testing.T) {
 	e := setup(t)
 	c := e.client.Client
-	clk := testingclock.NewFakeClock(time.Now())
+	clk := newArmClock(testingclock.NewFakeClock(time.Now()))
 	compactor := etcd3.NewCompactor(c, time.Minute, clk, nil)
 	t.Cleanup(compactor.Stop)
 
@@ -269,14 +269,39 @@ func TestCompactor(t *testing.T) {
 	expectCompactRevision(r2 + 1)
 }
 
-func waitForTimer(t *testing.T, clk *testingclock.FakeClock) {
+// armClock is a fake clock that says when a timer is armed on it, so a test
+// can wait for the compactor to arm its timer instead of polling for it.
+type armClock struct {
+	*testingclock.FakeClock
+	// armed receives a value after each After (at most one pending).
+	armed chan struct{}
+}
+
+func newArmClock(c *testingclock.FakeClock) *armClock {
+	return &armClock{FakeClock: c, armed: make(chan struct{}, 1)}
+}
+
+func (c *armClock) After(d time.Duration) <-chan time.Time {
+	ch := c.FakeClock.After(d)
+	select {
+	case c.armed <- struct{}{}:
+	default: // a wake-up is already pending
+	}
+	return ch
+}
+
+// waitForTimer waits until a timer is armed on clk. A pending wake-up may
+// be from a timer that already fired, hence the loop; the ten seconds only
+// guard against a hang.
+func waitForTimer(t *testing.T, clk *armClock) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := time.After(10 * time.Second)
 	for !clk.HasWaiters() {
-		if time.Now().After(deadline) {
+		select {
+		case <-clk.armed:
+		case <-timeout:
 			t.Fatal("the compactor is not waiting on its timer")
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
