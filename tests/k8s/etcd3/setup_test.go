@@ -185,7 +185,8 @@ func (e *env) compaction() storagetesting.Compaction {
 func (e *env) increaseRV() storagetesting.IncreaseRVFunc { return fixture.IncreaseRV(e.client.Client) }
 
 // keysOnly lists the keys under the store's resource prefix with a keys-only
-// range, as the etcd3 store's own size estimator does (1.34+ K5').
+// range, the request kube-apiserver's etcd3 store (1.34 and later) sends to
+// estimate a resource's object count.
 func (e *env) keysOnly(prefix string) storage.KeysFunc {
 	return func(ctx context.Context) ([]string, error) {
 		resp, err := e.client.KV.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())

@@ -33,11 +33,7 @@ func Default() Config {
 		ShutdownTimeout: 5 * time.Second,
 		// Automatic (90% of the container's or machine's memory) rather than
 		// a fixed size: a fixed limit below the live heap makes the collector
-		// run without pause. Loading a million 512-byte objects into badger
-		// (2 cores) leaves 0.8-1.26 GiB live, mostly badger's pooled
-		// table-builder buffers; a 1 GiB limit cut RSS from 2.0 to 0.79 GiB
-		// but cost +85% server CPU and -38% load rate during that load, and
-		// a cluster with more data would pay it all the time.
+		// run without pause (DESIGN.md, "The Go runtime's memory limit").
 		MemoryLimit: 0,
 	}
 }
