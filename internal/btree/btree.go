@@ -17,9 +17,10 @@
 // before the next change (a scan within one plugin call) takes its version
 // with Read instead, which ends the generation only if the reader is still
 // open when the tree next changes; then changes keep mutating in place and
-// allocate nothing but what they store. This is the copy-on-write scheme of
-// github.com/google/btree, specialised to byte keys so that it needs no
-// interface calls and no dependency.
+// allocate nothing but what they store (why: DESIGN.md, "The in-memory tree
+// in wasm"). This is the copy-on-write scheme of github.com/google/btree,
+// specialised to byte keys so that it needs no interface calls and no
+// dependency.
 package btree
 
 const (
