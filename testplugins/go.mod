@@ -4,10 +4,12 @@ go 1.26.8
 
 require (
 	github.com/engramkv/engram/abi v0.0.0
+	github.com/engramkv/engram/internal/btree v0.0.0
 	github.com/engramkv/engram/sdk v0.0.0
 )
 
 replace (
 	github.com/engramkv/engram/abi => ../abi
+	github.com/engramkv/engram/internal/btree => ../internal/btree
 	github.com/engramkv/engram/sdk => ../sdk
 )

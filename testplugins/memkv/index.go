@@ -1,22 +1,25 @@
 package main
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/engramkv/engram/internal/btree"
+)
 
 // index finds a key's current value without searching the tree: Get and the
-// conditions of a commit only ever need the latest version. perf of the
-// Get path put the tree search at half of the guest's time (a binary
-// search per level, each probe a call and a key comparison, and Go calls
-// are expensive in wasm); a hash probe costs one pass over the key to hash
-// it and one to compare it.
+// conditions of a commit only ever need the latest version, and in wasm a
+// tree search (a binary search per level, each probe a call and a key
+// comparison) costs far more than a hash probe, one pass over the key to
+// hash it and one to compare it.
 //
 // It is 256 open-addressing tables (linear probing, backward-shift deletion,
 // at most half full), chosen by the hash's top byte. A slot refers to the
 // pair's single allocation (the key followed by the value, as Commit stores
 // them), so it costs 32 bytes and keeps the memory alive only as long as the
-// tree does. The shards keep growth incremental: one table for all keys
-// rehashed them all at once when it doubled, a commit that stalled the
-// instance for up to ~100 ms at 100,000 keys (perf of the create workload:
-// index.grow); a shard rehashes 1/256 of them.
+// tree does. The shards keep growth incremental: a shard rehashes 1/256 of
+// the keys when it doubles, where one table for all keys stalled a commit
+// rehashing them all. (Measurements: DESIGN.md, "The in-memory tree in
+// wasm".)
 type index struct {
 	shards [256]table
 	count  int
@@ -72,18 +75,17 @@ func (x *index) get(key []byte) ([]byte, bool) {
 		if s.pair == nil {
 			return nil, false
 		}
-		if s.hash == h && equalKeys(s.key(), key) {
+		if s.hash == h && btree.Equal(s.key(), key) {
 			return s.value(), true
 		}
 	}
 }
 
-// set records it, whose key and value must be one allocation, the key
-// first.
-func (x *index) set(it item) {
-	// The item's key and value are adjacent slices of one allocation.
-	pair := unsafe.Slice(unsafe.SliceData(it.key), len(it.key)+len(it.value))
-	n := slot{pair: pair, klen: uint32(len(it.key)), hash: hashKey(it.key)}
+// set records key's value. key and value must be adjacent slices of one
+// allocation, the key first.
+func (x *index) set(key, value []byte) {
+	pair := unsafe.Slice(unsafe.SliceData(key), len(key)+len(value))
+	n := slot{pair: pair, klen: uint32(len(key)), hash: hashKey(key)}
 	t := x.shard(n.hash)
 	if 2*(t.count+1) > len(t.slots) {
 		t.grow()
@@ -104,7 +106,7 @@ func (t *table) put(n slot) bool {
 			t.count++
 			return true
 		}
-		if s.hash == n.hash && s.klen == n.klen && equalKeys(s.key(), n.key()) {
+		if s.hash == n.hash && s.klen == n.klen && btree.Equal(s.key(), n.key()) {
 			*s = n
 			return false
 		}
@@ -137,7 +139,7 @@ func (x *index) remove(key []byte) {
 		if s.pair == nil {
 			return
 		}
-		if s.hash == h && equalKeys(s.key(), key) {
+		if s.hash == h && btree.Equal(s.key(), key) {
 			break
 		}
 		i = (i + 1) & mask

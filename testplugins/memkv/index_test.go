@@ -31,7 +31,7 @@ func TestIndexAgainstModel(t *testing.T) {
 				v = ""
 			}
 			buf := []byte(k + v)
-			x.set(item{key: buf[:len(k):len(k)], value: buf[len(k):]})
+			x.set(buf[:len(k):len(k)], buf[len(k):])
 			m[k] = v
 		}
 		if x.count != len(m) {
@@ -93,9 +93,9 @@ func TestStoreAgainstModel(t *testing.T) {
 		if ok != (err == nil) || string(v) != want {
 			t.Fatalf("Get(%q) = %q, %v; want %q, present %v", k, v, err, want, ok)
 		}
-		tv, tok := lookup(s.t.root, []byte(k))
+		tv, tok := s.t.Get([]byte(k))
 		if tok != ok || string(tv) != want {
-			t.Fatalf("tree lookup(%q) = %q, %v; want %q, %v", k, tv, tok, want, ok)
+			t.Fatalf("tree Get(%q) = %q, %v; want %q, %v", k, tv, tok, want, ok)
 		}
 	}
 }

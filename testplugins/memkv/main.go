@@ -1,13 +1,13 @@
 // Command memkv is an ordered in-memory key-value store as an Engram
 // storage plugin (instance model single: the data lives in the instance's
-// linear memory). It keeps its data in a persistent B-tree (btree.go): a
-// scan reads a frozen root, so it never sees later commits and never blocks
-// them.
+// linear memory). It keeps its data in a persistent B-tree
+// (internal/btree): a scan reads a version of the tree that no later commit
+// changes, so it never sees later commits and never blocks them.
 //
 // It exists to test the host and the SDK with a real, conformant engine and
 // to measure the cost of running an engine as wasm against the native
-// adaptor (plugins/memkv), so it uses the same data structure, tuned for
-// Go compiled to wasm (see btree.go), and must stay obviously correct.
+// adaptor (plugins/memkv), so it uses the same B-tree, which is tuned for Go
+// compiled to wasm, and must stay obviously correct.
 package main
 
 import (
@@ -15,13 +15,14 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/engramkv/engram/internal/btree"
 	"github.com/engramkv/engram/sdk"
 )
 
 func main() { sdk.Serve(&store{}) }
 
 type store struct {
-	t   tree
+	t   btree.Tree
 	idx index // the latest value of every key, for Get and conditions
 	// pairs is the batch buffer every iterator returns: the SDK copies
 	// a batch into its response before the next call, and an iterator
@@ -34,7 +35,7 @@ func (s *store) Init(_ context.Context, config []byte, _ sdk.HostInfo) (sdk.Mani
 	if len(bytes.TrimSpace(config)) != 0 {
 		return sdk.Manifest{}, fmt.Errorf("%w: memkv takes no configuration, got %q", sdk.ErrInvalid, config)
 	}
-	s.t, s.idx = tree{}, index{}
+	s.t, s.idx = btree.Tree{}, index{}
 	return sdk.Manifest{Name: "memkv-wasm", Version: "1.1.0", Model: sdk.ModelSingle}, nil
 }
 
@@ -59,7 +60,7 @@ func (s *store) Commit(_ context.Context, ops []sdk.Op) error {
 		case sdk.OpPutIfAbsent:
 			ok = !exists
 		default: // CompareAndSwap, CompareAndDelete
-			ok = exists && equalKeys(cur, op.Expected)
+			ok = exists && btree.Equal(cur, op.Expected)
 		}
 		if !ok {
 			return &sdk.ConflictError{Index: i, Exists: exists, Current: cur}
@@ -70,23 +71,23 @@ func (s *store) Commit(_ context.Context, ops []sdk.Op) error {
 		switch op.Kind {
 		case sdk.OpPut, sdk.OpPutIfAbsent, sdk.OpCompareAndSwap:
 			// The request buffer is reused: keep a copy, key and value
-			// in one allocation (an allocation costs about 0.5 µs in
-			// wasm).
+			// in one allocation, as allocations are costly in wasm
+			// (DESIGN.md, "The in-memory tree in wasm").
 			kl := len(op.Key)
 			buf := make([]byte, kl+len(op.Value))
 			copy(buf, op.Key)
 			copy(buf[kl:], op.Value)
-			it := item{key: buf[:kl:kl], value: buf[kl:]}
-			s.t.set(it)
-			s.idx.set(it)
+			key, value := buf[:kl:kl], buf[kl:]
+			s.t.Set(key, value)
+			s.idx.set(key, value)
 		case sdk.OpDelete:
 			// Deleting an absent key would still copy the path; skip it.
 			if _, ok := s.idx.get(op.Key); ok {
-				s.t.remove(op.Key)
+				s.t.Delete(op.Key)
 				s.idx.remove(op.Key)
 			}
 		case sdk.OpCompareAndDelete:
-			s.t.remove(op.Key)
+			s.t.Delete(op.Key)
 			s.idx.remove(op.Key)
 		}
 	}
@@ -98,19 +99,16 @@ func (s *store) Scan(_ context.Context, opts sdk.ScanOptions) (sdk.Iterator, err
 	// keys) and both bounds share one buffer: allocations are most of
 	// what a short scan costs in wasm.
 	it := &iter{s: s, reverse: opts.Reverse}
-	it.cur.reverse = opts.Reverse
-	it.cur.stack = it.path[:0]
 	ls := len(opts.Start)
 	bounds := make([]byte, ls+len(opts.End))
 	copy(bounds, opts.Start)
 	copy(bounds[ls:], opts.End)
 	it.start, it.end = bounds[:ls:ls], bounds[ls:]
-	root, gen := s.t.read()
-	it.gen, it.open = gen, true
+	it.version, it.open = s.t.Read(), true
 	if opts.Reverse {
-		it.cur.seekLT(root, it.end)
+		it.cur.SeekLT(it.version, it.end)
 	} else {
-		it.cur.seekGE(root, it.start)
+		it.cur.SeekGE(it.version, it.start)
 	}
 	return it, nil
 }
@@ -120,15 +118,17 @@ func (s *store) Scan(_ context.Context, opts sdk.ScanOptions) (sdk.Iterator, err
 func (s *store) Partitions(_ context.Context, start, end []byte, max int) ([]sdk.Range, error) {
 	const partSize = 512
 	var cuts [][]byte
-	var c cursor
-	c.seekGE(s.t.root, start)
+	v := s.t.Read()
+	defer s.t.Release(v)
+	var c btree.Cursor
+	c.SeekGE(v, start)
 	for n := 0; ; n++ {
-		it, ok := c.next()
-		if !ok || len(end) > 0 && compareKeys(it.key, end) >= 0 {
+		it, ok := c.Next()
+		if !ok || len(end) > 0 && btree.Compare(it.Key, end) >= 0 {
 			break
 		}
 		if n > 0 && n%partSize == 0 && (max <= 0 || len(cuts)+1 < max) {
-			cuts = append(cuts, bytes.Clone(it.key))
+			cuts = append(cuts, bytes.Clone(it.Key))
 		}
 	}
 	out := make([]sdk.Range, 0, len(cuts)+1)
@@ -141,17 +141,16 @@ func (s *store) Partitions(_ context.Context, start, end []byte, max int) ([]sdk
 }
 
 func (s *store) Close(context.Context) error {
-	s.t, s.idx = tree{}, index{}
+	s.t, s.idx = btree.Tree{}, index{}
 	return nil
 }
 
 // iter walks a version of the tree with a cursor.
 type iter struct {
 	s          *store
-	gen        uint64 // the tree generation it reads
-	open       bool   // not released yet
-	cur        cursor
-	path       [8]frame
+	version    btree.Version // the version it reads
+	open       bool          // version not released yet
+	cur        btree.Cursor
 	start, end []byte
 	reverse    bool
 	done       bool
@@ -160,34 +159,28 @@ type iter struct {
 func (it *iter) Next(_ context.Context, max int) ([]sdk.Pair, error) {
 	buf := it.s.pairs[:0]
 	for !it.done && len(buf) < max {
-		if run := it.cur.leafRun(); len(run) > 0 {
-			// A run of a leaf: one bound check, on its last item.
-			run = run[:min(len(run), max-len(buf))]
-			end := len(it.end) > 0 && compareKeys(run[len(run)-1].key, it.end) >= 0
-			if end {
-				n, _, _ := search(run, it.end, 0)
-				run = run[:n]
-			}
-			for i := range run {
-				buf = append(buf, sdk.Pair{Key: run[i].key, Value: run[i].value})
-			}
-			it.cur.skip(len(run))
-			if end {
-				it.Close()
-			}
+		run, past := it.cur.NextRun(max-len(buf), it.end)
+		for i := range run {
+			buf = append(buf, sdk.Pair{Key: run[i].Key, Value: run[i].Value})
+		}
+		if past {
+			it.Close()
+			break
+		}
+		if len(run) > 0 {
 			continue
 		}
-		x, ok := it.cur.next()
+		x, ok := it.cur.Next()
 		if ok && it.reverse {
-			ok = compareKeys(x.key, it.start) >= 0
+			ok = btree.Compare(x.Key, it.start) >= 0
 		} else if ok && len(it.end) > 0 {
-			ok = compareKeys(x.key, it.end) < 0
+			ok = btree.Compare(x.Key, it.end) < 0
 		}
 		if !ok {
 			it.Close()
 			break
 		}
-		buf = append(buf, sdk.Pair{Key: x.key, Value: x.value})
+		buf = append(buf, sdk.Pair{Key: x.Key, Value: x.Value})
 	}
 	it.s.pairs = buf
 	return buf, nil
@@ -196,10 +189,10 @@ func (it *iter) Next(_ context.Context, max int) ([]sdk.Pair, error) {
 // Close lets the snapshot go.
 func (it *iter) Close() error {
 	it.done = true
-	it.cur.stack = nil
+	it.cur.Reset()
 	if it.open {
 		it.open = false
-		it.s.t.release(it.gen)
+		it.s.t.Release(it.version)
 	}
 	return nil
 }
