@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,25 @@ import (
 
 	"github.com/engramkv/engram/cmd/engram/internal/config"
 )
+
+// compileCache is one wasm compilation cache for every test in this package.
+// Compiling memkv.wasm takes about 15 s under the race detector; the cache
+// is keyed by the module's bytes and the runtime's version, so sharing it
+// changes no outcome (the pin checks compare the file's digest before
+// anything is compiled) and the package compiles the plugin once.
+var compileCache string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "engram-cmd-wasm-cache-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compilation cache:", err)
+		os.Exit(1)
+	}
+	compileCache = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // memkvWasm is the memkv test plugin built by `make plugins`.
 func memkvWasm(t *testing.T) (path, digest string) {
@@ -32,7 +52,7 @@ func memkvWasm(t *testing.T) (path, digest string) {
 func runPlugin(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut strings.Builder
-	code := run(append([]string{"plugin"}, append(args, "--cache-dir", filepath.Join(t.TempDir(), "cache"))...), &out, &errOut)
+	code := run(append([]string{"plugin"}, append(args, "--cache-dir", compileCache)...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -100,7 +120,7 @@ func TestServeRefusesUnpinnedFile(t *testing.T) {
 	cfg := config.Default()
 	cfg.Storage.Engine = config.EngineWasm
 	cfg.Storage.Wasm.File = path
-	cfg.Storage.Wasm.CacheDir = t.TempDir()
+	cfg.Storage.Wasm.CacheDir = compileCache
 	cfg.Storage.Wasm.SHA256 = digest
 	logger := slog.New(slog.DiscardHandler)
 	st, err := openStore(context.Background(), cfg, logger, nil)
