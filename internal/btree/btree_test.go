@@ -221,74 +221,86 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-// TestRanges walks random ranges of a version in both directions, forward
-// both with Next alone and in NextRun's leaf runs of random lengths, and
-// checks the keys against a sorted model: bounds that fall inside a leaf,
-// on a separator, before and after every key.
-func TestRanges(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 9))
+// TestBounds seeks to every key and to every gap between keys, in both
+// directions, and walks a short range from there, forward both with Next
+// alone and in NextRun's runs of every length. Key x of the tree is
+// boundKey(x) for every even x, so the expected keys follow from x alone,
+// and the bounds fall inside leaves, on separators and after every key.
+func TestBounds(t *testing.T) {
+	const n = 3000
 	var tr Tree
-	var keys []string
-	for i := range 3000 {
-		k := fmt.Sprintf("/registry/pods/ns/p%05d", i*2)
-		keys = append(keys, k)
-		tr.Set([]byte(k), []byte(k))
+	for x := 0; x < 2*n; x += 2 {
+		tr.Set(boundKey(x), boundKey(x))
 	}
 	v := tr.Freeze()
-	bound := func() []byte {
-		switch rng.IntN(8) {
-		case 0:
-			return nil
-		case 1:
-			return []byte("/registry/pods/ns/p")
-		case 2:
-			return []byte("/registry/pods/ns/q")
-		}
-		return fmt.Appendf(nil, "/registry/pods/ns/p%05d", rng.IntN(6002))
-	}
 	var c Cursor
-	for range 600 {
-		start, end := bound(), bound()
-		reverse := rng.IntN(2) == 0
-		var want []string
-		for _, k := range keys {
-			if k >= string(start) && (len(end) == 0 || k < string(end)) {
-				want = append(want, k)
-			}
-		}
-		if reverse {
-			slices.Reverse(want)
-			c.SeekLT(v, end)
-		} else {
-			c.SeekGE(v, start)
-		}
-		useRuns := !reverse && rng.IntN(2) == 0
-		var got []string
+	for x := 0; x <= 2*n; x++ {
+		span := 1 + x*7%61
+		// Forward over [x, x+span), in runs of up to runLen items when
+		// runLen > 0.
+		runLen := x % 40
+		c.SeekGE(v, boundKey(x))
+		end := boundKey(x + span)
+		next := x + x%2 // the first even key >= x
 		for {
-			if useRuns {
-				run, past := c.NextRun(1+rng.IntN(100), end)
-				for _, it := range run {
-					got = append(got, string(it.Key))
+			var got []Item
+			if runLen > 0 {
+				run, past := c.NextRun(runLen, end)
+				got = run
+				if len(run) == 0 && !past {
+					if it, ok := c.Next(); ok && Compare(it.Key, end) < 0 {
+						got = []Item{*it}
+					}
 				}
-				if past {
-					break
-				}
-				if len(run) > 0 {
-					continue
-				}
+			} else if it, ok := c.Next(); ok && Compare(it.Key, end) < 0 {
+				got = []Item{*it}
 			}
-			it, ok := c.Next()
-			if !ok || (reverse && string(it.Key) < string(start)) || (!reverse && len(end) > 0 && string(it.Key) >= string(end)) {
+			if len(got) == 0 {
 				break
 			}
-			got = append(got, string(it.Key))
+			if runLen > 0 && len(got) > runLen {
+				t.Fatalf("forward from %d: a run of %d items, at most %d asked", x, len(got), runLen)
+			}
+			for _, it := range got {
+				if next >= x+span {
+					t.Fatalf("forward from %d (runs of %d): %q is past the end %q", x, runLen, it.Key, end)
+				}
+				if want := boundKey(next); !bytes.Equal(it.Key, want) || !bytes.Equal(it.Value, want) {
+					t.Fatalf("forward from %d (runs of %d): %q=%q, want %q", x, runLen, it.Key, it.Value, want)
+				}
+				next += 2
+			}
 		}
-		if !slices.Equal(got, want) {
-			t.Fatalf("walk [%q, %q) reverse=%v runs=%v: %d keys, want %d", start, end, reverse, useRuns, len(got), len(want))
+		if wantEnd := min(x+span, 2*n); next < wantEnd {
+			t.Fatalf("forward from %d to %d: stopped before %d", x, x+span, next)
 		}
-		c.Reset()
+		// Backward over [x-span, x).
+		c.SeekLT(v, boundKey(x))
+		prev := x - 1 - (x-1)%2 // the last even key < x
+		if x == 0 {
+			prev = -2
+		}
+		for {
+			it, ok := c.Next()
+			if !ok || bytes.Compare(it.Key, boundKey(max(x-span, 0))) < 0 {
+				break
+			}
+			if want := boundKey(prev); prev < 0 || !bytes.Equal(it.Key, want) {
+				t.Fatalf("backward from %d: %q, want %q", x, it.Key, want)
+			}
+			prev -= 2
+		}
+		if prev >= max(x-span, 0) {
+			t.Fatalf("backward from %d to %d: stopped after %d", x, x-span, prev+2)
+		}
+		if run, past := c.NextRun(10, nil); len(run) > 0 || past {
+			t.Fatalf("NextRun on a reverse cursor: %d items, past %v", len(run), past)
+		}
 	}
+	c.Reset()
 }
+
+func boundKey(x int) []byte { return fmt.Appendf(nil, "/registry/pods/ns/p%05d", x) }
 
 // TestReadersFreezeLazily: a reader released before the next change
 // freezes nothing (the change mutates in place, as the common one-call scan
