@@ -54,10 +54,7 @@ func TestIndexAgainstModel(t *testing.T) {
 func TestStoreAgainstModel(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(11, 2))
-	s := &store{}
-	if _, err := s.Init(ctx, nil, sdk.HostInfo{}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(t)
 	m := map[string]string{}
 	for round := range 2000 {
 		var ops []sdk.Op

@@ -10,14 +10,21 @@ import (
 	"github.com/engramkv/engram/sdk"
 )
 
+// newStore returns a store initialised as the host would.
+func newStore(t *testing.T) *store {
+	t.Helper()
+	s := &store{}
+	if _, err := s.Init(context.Background(), nil, sdk.HostInfo{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // TestScanSnapshot: a scan keeps seeing the data of when it opened while
 // commits change and delete what it has not read yet.
 func TestScanSnapshot(t *testing.T) {
 	ctx := context.Background()
-	s := &store{}
-	if _, err := s.Init(ctx, nil, sdk.HostInfo{}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(t)
 	var ops []sdk.Op
 	for i := range 2000 {
 		ops = append(ops, sdk.Op{Kind: sdk.OpPut, Key: fmt.Appendf(nil, "k%05d", i), Value: []byte("old")})
@@ -65,10 +72,7 @@ func TestScanSnapshot(t *testing.T) {
 func TestScanRanges(t *testing.T) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(3, 9))
-	s := &store{}
-	if _, err := s.Init(ctx, nil, sdk.HostInfo{}); err != nil {
-		t.Fatal(err)
-	}
+	s := newStore(t)
 	var keys []string
 	var ops []sdk.Op
 	for i := range 3000 {
