@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -165,24 +166,26 @@ func TestGC(t *testing.T) {
 // TestGCLoop runs the background GC with a short interval and checks that
 // Close stops it.
 func TestGCLoop(t *testing.T) {
-	s := newMock(t, Options{GCInterval: 20 * time.Millisecond, GCLifeTime: time.Nanosecond})
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got, err := s.kvs.GetPDClient().UpdateGCSafePoint(context.Background(), 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got != 0 {
-			// The life time is raised to the one-minute floor.
-			if at := oracle.GetTimeFromTS(got); at.After(time.Now().Add(-minGCLifeTime + 5*time.Second)) {
-				t.Errorf("background GC safe point %v keeps less than %v of history", at, minGCLifeTime)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("background GC never advanced the safe point")
-		}
-		time.Sleep(10 * time.Millisecond)
+	runs := make(chan struct{}, 1)
+	s := newMock(t, Options{GCInterval: 20 * time.Millisecond, GCLifeTime: time.Nanosecond,
+		Logger: slog.New(gcRunHandler{runs: runs})})
+	// A run logs once it has set the safe point; the ten seconds only guard
+	// against a hang.
+	select {
+	case <-runs:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the background GC never completed a run")
+	}
+	got, err := s.kvs.GetPDClient().UpdateGCSafePoint(context.Background(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == 0 {
+		t.Fatal("the background GC ran but did not advance the safe point")
+	}
+	// The life time is raised to the one-minute floor.
+	if at := oracle.GetTimeFromTS(got); at.After(time.Now().Add(-minGCLifeTime + 5*time.Second)) {
+		t.Errorf("background GC safe point %v keeps less than %v of history", at, minGCLifeTime)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -193,3 +196,22 @@ func TestGCLoop(t *testing.T) {
 		t.Error("GC loop still running after Close")
 	}
 }
+
+// gcRunHandler is a slog handler that signals runs (at most one pending)
+// for each completed background GC run and drops every record.
+type gcRunHandler struct{ runs chan struct{} }
+
+func (h gcRunHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h gcRunHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "TiKV GC done" {
+		select {
+		case h.runs <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+
+func (h gcRunHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h gcRunHandler) WithGroup(string) slog.Handler      { return h }

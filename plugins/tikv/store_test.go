@@ -231,6 +231,8 @@ func TestOpenUnreachable(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open of an unreachable PD succeeded")
 	}
+	// Ten seconds is some thirty DialTimeouts: the bound tells giving up
+	// from retrying for minutes with room for a loaded machine.
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Open took %v to fail, want about the 300ms DialTimeout", d)
 	}
