@@ -26,7 +26,8 @@ import (
 // election names. When it is elected it recovers the leader's state from
 // the store (revision, compacted revision, leases) and serves everything;
 // the watch history a new leader serves comes from the durable change log,
-// so clients that re-watch from their last revision lose no event.
+// so clients that re-watch from their last revision lose no event
+// (DESIGN.md, "Cluster roles and forwarding").
 
 const memberPrefix = "member/"
 

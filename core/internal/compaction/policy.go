@@ -1,7 +1,8 @@
 // Package compaction owns Engram's optional server-side compaction policy:
 // when to compact, never how. The mechanism (recording the compacted
-// revision, removing history) belongs to package mvcc, as in etcd the
-// compactor is separate from the store it compacts.
+// revision, removing history) belongs to package mvcc (DESIGN.md,
+// "Compaction's rule"), as in etcd the compactor is separate from the store
+// it compacts.
 //
 // The policy is off by default because kube-apiserver compacts by itself
 // (every --etcd-compaction-interval, through the compact_rev_key transaction

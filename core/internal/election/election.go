@@ -45,7 +45,8 @@
 //
 // Run is a small state machine (follow, claim, renew, wait; see run.go): one
 // round at start and then one every RenewInterval, each a read of the lease
-// record and at most one conditional batch.
+// record and at most one conditional batch. What the server does with the
+// roles: (DESIGN.md, "Cluster roles and forwarding").
 package election
 
 import (

@@ -6,7 +6,8 @@
 // MVCC writer, which calls into the Lessor only after its batch committed, so
 // the Lessor never claims a lease or attachment the store does not hold.
 // Expiry times are not persisted: as in etcd, a restarted server gives each
-// lease its full TTL again, which never expires a lease early.
+// lease its full TTL again, which never expires a lease early (DESIGN.md,
+// "Leases").
 package lease
 
 import (

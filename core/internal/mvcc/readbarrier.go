@@ -12,7 +12,7 @@ import (
 // before the read began. A read that arrives while a fetch is running waits
 // for the next one, which starts as soon as the running one ends; every read
 // arriving meanwhile shares that next fetch. So at most two fetches are in
-// flight whatever the read rate.
+// flight whatever the read rate (DESIGN.md, "The read barrier").
 type readBarrier struct {
 	fetch func(context.Context) (rev, compact int64, err error)
 

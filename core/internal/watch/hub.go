@@ -10,7 +10,8 @@
 // from the tail when the cursor is inside it, otherwise from the durable change
 // log (Source.Events). So a slow watcher only falls back to reading storage;
 // it never holds memory hostage or stalls the writer, and a watch from any
-// uncompacted revision works after a restart, when the tail is empty.
+// uncompacted revision works after a restart, when the tail is empty
+// (DESIGN.md, "Watch").
 //
 // Invariants:
 //   - The tail holds every event with revision in [tailStart, head], at

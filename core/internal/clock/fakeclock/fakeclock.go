@@ -263,7 +263,8 @@ func (c *Clock) remove(ev *event) bool {
 // Loop is one loop's view of a Clock. The loop is idle when it waits for
 // its ticker (it calls the ticker's C only then, as clock.Ticker asks) or
 // is parked in a call a test holds. After waking it, Advance waits until
-// it is idle again.
+// it is idle again, so a loop that stops waiting for good (returns) while a
+// test advances the time fails the test after Watchdog.
 type Loop struct {
 	c *Clock
 	// guarded by c.mu
