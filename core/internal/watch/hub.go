@@ -62,7 +62,8 @@ type Options struct {
 	// ProgressInterval is the period of progress notifications for watchers
 	// that asked for them; 0 disables them.
 	ProgressInterval time.Duration
-	// Clock times progress notifications; nil means the system clock.
+	// Clock times progress notifications and the back-off after a failed
+	// history read; nil means the system clock.
 	Clock clock.Clock
 	// MaxLag cancels a watcher that falls more than this many revisions
 	// behind the head; 0 disables the limit.
@@ -352,9 +353,11 @@ func (w *Watcher) run(ctx context.Context) {
 					}
 					retry = min(max(2*retry, 10*time.Millisecond), time.Second)
 					h.log.Warn("watch: reading history failed; retrying", "watch", w.req.ID, "from", cursor, "err", err)
+					backoff := h.opts.Clock.NewTimer(retry)
 					select {
-					case <-time.After(retry):
+					case <-backoff.C():
 					case <-ctx.Done():
+						backoff.Stop()
 						return
 					}
 					continue
