@@ -383,9 +383,8 @@ func GRPCServerOptions(opts Options, tlsConfig *tls.Config) []grpc.ServerOption 
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Hour, Timeout: 20 * time.Second}),
 		// Calls run on a pool of goroutines that keep the stacks they
 		// grew, instead of a fresh goroutine per call growing its stack
-		// again: stack growth was 8% of the server's CPU under the
-		// delete workload, 2% with the pool. Calls beyond the pool (and
-		// long-lived watch streams) still get their own goroutine.
+		// again (DESIGN.md, "gRPC stream workers"). Calls beyond the pool
+		// (and long-lived watch streams) still get their own goroutine.
 		grpc.NumStreamWorkers(streamWorkers),
 	}
 	if tlsConfig != nil {
