@@ -215,7 +215,7 @@ func TestTxnCompareTargets(t *testing.T) {
 }
 
 // TestKubernetesShapedOps issues the exact requests kube-apiserver sends
-// (see the compatibility notes: K6 create, K7 update, K8 delete, K9 compact).
+// (bench/README.md, "kube-apiserver's requests": K6 create, K7 update, K8 delete, K9 compact).
 func TestKubernetesShapedOps(t *testing.T) {
 	c, ctx := setup(t)
 	key := "/registry/pods/default/p"
