@@ -375,13 +375,17 @@ func TestCutoverUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- loadWriters(ctx, w, []string{"/a/"}, 30, 2, 500, stop) }()
-	for w.ops.Load() < 50 {
+	for {
+		acked := w.nextAck()
+		if w.ops.Load() >= 50 {
+			break
+		}
 		select {
 		case err := <-loadDone:
 			t.Fatalf("load ended early: %v", err)
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
-		case <-time.After(10 * time.Millisecond): // the writers' progress has no channel; poll
+		case <-acked:
 		}
 	}
 	cutRev := w.maxRev.Load()

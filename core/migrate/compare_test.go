@@ -66,7 +66,8 @@ func collectWatch(ctx context.Context, cli *clientv3.Client, prefix string, from
 		case <-ctx.Done():
 			return evs, fmt.Errorf("watch from %d: %d events, the last at %d: %w", from, len(evs), lastRev(evs), ctx.Err())
 		case <-tick.C:
-			// Answered once the watch has caught up.
+			// A progress request is answered only once the watch has
+			// caught up, so it is asked again at a pace until then.
 			_ = cli.RequestProgress(wctx)
 		case resp, ok := <-wch:
 			if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -15,6 +16,11 @@ type writer struct {
 	cli    *clientv3.Client
 	maxRev atomic.Int64
 	ops    atomic.Int64
+
+	mu sync.Mutex
+	// acked, when a test asked for it (nextAck), is closed at the next
+	// acknowledgement.
+	acked chan struct{}
 }
 
 func (w *writer) ack(rev int64) {
@@ -22,9 +28,27 @@ func (w *writer) ack(rev int64) {
 	for {
 		cur := w.maxRev.Load()
 		if rev <= cur || w.maxRev.CompareAndSwap(cur, rev) {
-			return
+			break
 		}
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.acked != nil {
+		close(w.acked)
+		w.acked = nil
+	}
+}
+
+// nextAck returns a channel closed at the next acknowledged write. Take it
+// before reading ops or maxRev, so that no acknowledgement falls in
+// between.
+func (w *writer) nextAck() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.acked == nil {
+		w.acked = make(chan struct{})
+	}
+	return w.acked
 }
 
 func (w *writer) put(ctx context.Context, key, val string, opts ...clientv3.OpOption) error {
