@@ -294,7 +294,7 @@ func launch(bins Binaries, dataDir string, args []string) (*Etcd, error) {
 
 // waitReady polls /readyz, which answers 200 once the member has a leader
 // and serves linearizable reads, until it does, etcd exits, or the timeout
-// passes.
+// passes. Polling is the only way: readiness lives in etcd's process.
 func (e *Etcd) waitReady(timeout time.Duration) error {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()

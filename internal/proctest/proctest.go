@@ -155,15 +155,17 @@ func (p *Proc) WaitReady(timeout time.Duration, ready func() error) error {
 		if err == nil {
 			return nil
 		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited during startup:\n%s", p.name, p.Log())
-		default:
-		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready after %v (%v):\n%s", p.name, timeout, err, p.Log())
 		}
-		time.Sleep(50 * time.Millisecond)
+		// Readiness lives in the server's process and ready is the only
+		// way to ask it, so it is asked again at a pace until it answers
+		// or the server exits.
+		select {
+		case <-p.exited:
+			return fmt.Errorf("%s exited during startup:\n%s", p.name, p.Log())
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
@@ -346,6 +348,9 @@ func CheckReaped(t *testing.T, env string, child func() (dir, addr string, err e
 		if time.Now().After(deadline) {
 			t.Fatalf("15s after the child exited: dir %s stat=%v, %s dial=%v", dir, statErr, addr, dialErr)
 		}
+		// The server and its reaper are processes this one did not
+		// start and cannot wait for; the directory and the port are
+		// all it can observe of them, so they are checked again.
 		time.Sleep(100 * time.Millisecond)
 	}
 }
