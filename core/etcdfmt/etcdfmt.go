@@ -24,6 +24,9 @@
 // # Bucket value
 //
 // A marshalled mvccpb.KeyValue. A tombstone's value holds only the key.
+//
+// It is public because package snapshot's API is in its types, and because a
+// tool that reads etcd's files needs nothing else of Engram.
 package etcdfmt
 
 import (

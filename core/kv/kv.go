@@ -55,6 +55,9 @@
 //
 // All methods are safe for concurrent use. After Close, calls return
 // ErrClosed.
+//
+// It is public: it is the one package an adaptor author must import
+// (natively; a .wasm adaptor sees the same contract through the sdk module).
 package kv
 
 import (

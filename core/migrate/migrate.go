@@ -24,6 +24,9 @@
 // the snapshot file package snapshot's. It must not serve clients: until the
 // cut-over completes the store holds an import record and no server opens
 // it.
+//
+// It is public because `engram migrate` (cmd/engram) and the Kubernetes
+// suite's migrated backend (tests/k8s) run it.
 package migrate
 
 import (

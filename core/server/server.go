@@ -6,6 +6,10 @@
 // graceful shutdown that acknowledges no write it has not made durable. It does
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
+//
+// It is the core's public entry point for embedders: cmd/engram is one such
+// embedder, and everything it uses from the core's internals is reached
+// through this package's Options and methods.
 package server
 
 import (

@@ -19,6 +19,9 @@
 //     meta" otherwise) and rewrites the members, consistent_index and term;
 //   - etcd starts at revision max(1, last key-bucket main revision,
 //     finishedCompactRev, scheduledCompactRev).
+//
+// It is public because `engram snapshot` (cmd/engram) and any other tool that
+// checks or converts etcd snapshot files use it directly.
 package snapshot
 
 import (

@@ -2,6 +2,9 @@
 // uncertain commit results (applied or not), and delays. It exists for tests
 // of the layers above the adaptor contract; it must never be used in a
 // serving path.
+//
+// It is public so that tests outside the core (the linearizability runs,
+// an adaptor's own tests) can drive the same faults.
 package kvfault
 
 import (

@@ -13,6 +13,9 @@
 // its own test. Cases must stay fast (the whole suite well under ten seconds
 // on two cores, including fsyncing engines) because every adaptor pays for it
 // on every test run.
+//
+// It is public so that an adaptor outside this repository can run the same
+// suite in its own tests.
 package kvtest
 
 import (

@@ -3,6 +3,10 @@
 // every test suite (e2e, Kubernetes storage tests, benchmarks) starts the
 // server the same way; it must not be imported by non-test code paths of the
 // server binary.
+//
+// It is public because test suites outside the core (the host's, the
+// adaptors', the end-to-end and Kubernetes suites, in other modules too)
+// start servers with it.
 package servertest
 
 import (
