@@ -115,6 +115,10 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # partitions and uncertain commits; 20 s of load each, about 90 s in all.
 # It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
+# warmwasm compiles the database adaptors and the test plugins into the tests' shared wasm cache
+# first, uninstrumented: under the race detector wazero's compiler takes
+# about 80 s more per adaptor, and the compiled code is the same (its
+# package doc says why it is a test).
 # abi/, sdk/, internal/btree/, testplugins/ and adaptors/ are modules of
 # their own (plugins link only them); the SDK and the B-tree, which the
 # memkv test plugin links, are also vetted for wasip1, the target plugins
@@ -136,6 +140,7 @@ test: build etcd-tools
 	$(MAKE) --no-print-directory sdk-test
 	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
 	cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	ENGRAM_WARM_WASM="$(CURDIR)/bin/postgres.wasm $(CURDIR)/bin/mysql.wasm $(CURDIR)/testplugins/bin/memkv.wasm $(CURDIR)/testplugins/bin/faulty.wasm" $(GO) test -count=1 -v -run '^TestWarm$$' ./internal/proctest/warmwasm/
 	$(GO) test -race $(RACE_PKGS)
 	$(GO) test -count=1 ./tests/e2e/...
 	$(GO) test -count=1 ./tests/linearizability/...

@@ -8,6 +8,8 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+
+	"github.com/engramkv/engram/internal/proctest"
 )
 
 // pluginPath returns a plugin built by the Makefile: a test fixture from
@@ -64,13 +66,21 @@ func testLogger(t testing.TB) *slog.Logger {
 // loadPlugin loads a test plugin, closed at cleanup.
 func loadPlugin(t testing.TB, name string, opts Options) *Plugin {
 	t.Helper()
+	path := pluginPath(t, name)
 	if opts.CacheDir == "" {
-		opts.CacheDir = testCacheDir(t)
+		// The cache shared with the other test processes of the run, which
+		// `make test` fills before the race-detector tests (package
+		// warmwasm): compiling under the detector is several times slower.
+		dir, err := proctest.WasmCacheDir(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.CacheDir = dir
 	}
 	if opts.Logger == nil {
 		opts.Logger = testLogger(t)
 	}
-	p, err := Load(context.Background(), pluginPath(t, name), opts)
+	p, err := Load(context.Background(), path, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

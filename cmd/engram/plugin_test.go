@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,25 +12,21 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/cmd/engram/internal/config"
+	"github.com/engramkv/engram/internal/proctest"
 )
 
-// compileCache is one wasm compilation cache for every test in this package.
-// Compiling memkv.wasm takes about 15 s under the race detector; the cache
-// is keyed by the module's bytes and the runtime's version, so sharing it
-// changes no outcome (the pin checks compare the file's digest before
-// anything is compiled) and the package compiles the plugin once.
-var compileCache string
-
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "engram-cmd-wasm-cache-")
+// wasmCache is the compilation cache the run's test processes share for
+// the plugin at path (`make test` fills it before the race-detector tests,
+// under which compiling is several times slower). The cache is keyed by the
+// module's bytes, so sharing it changes no outcome: the pin checks compare
+// the file's digest before anything is compiled.
+func wasmCache(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := proctest.WasmCacheDir(path)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "compilation cache:", err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
-	compileCache = dir
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	return dir
 }
 
 // memkvWasm is the memkv test plugin built by `make plugins`.
@@ -52,7 +47,13 @@ func memkvWasm(t *testing.T) (path, digest string) {
 func runPlugin(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut strings.Builder
-	code := run(append([]string{"plugin"}, append(args, "--cache-dir", compileCache)...), &out, &errOut)
+	var cache string
+	for _, a := range args {
+		if strings.HasSuffix(a, ".wasm") {
+			cache = wasmCache(t, a)
+		}
+	}
+	code := run(append([]string{"plugin"}, append(args, "--cache-dir", cache)...), &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -120,7 +121,7 @@ func TestServeRefusesUnpinnedFile(t *testing.T) {
 	cfg := config.Default()
 	cfg.Storage.Engine = config.EngineWasm
 	cfg.Storage.Wasm.File = path
-	cfg.Storage.Wasm.CacheDir = compileCache
+	cfg.Storage.Wasm.CacheDir = wasmCache(t, path)
 	cfg.Storage.Wasm.SHA256 = digest
 	logger := slog.New(slog.DiscardHandler)
 	st, err := openStore(context.Background(), cfg, logger, nil)
