@@ -5,8 +5,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/internal/lease"
 )
@@ -24,9 +22,7 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if r.TTL > lease.MaxTTL {
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
-	if r.ID < 0 {
-		return nil, status.Errorf(codes.InvalidArgument, "engram: lease ID %d is negative", r.ID)
-	}
+	// A negative ID is granted as etcd grants it: only 0 means "choose one".
 	id := r.ID
 	if id == 0 {
 		id = role.Lessor.NewID()

@@ -104,12 +104,9 @@ func (l Limits) checkTxn(r *pb.TxnRequest) error {
 		if err := l.checkKey(c.Key); err != nil {
 			return err
 		}
-		if _, ok := pb.Compare_CompareTarget_name[int32(c.Target)]; !ok {
-			return status.Errorf(codes.InvalidArgument, "engram: unknown compare target %d", c.Target)
-		}
-		if _, ok := pb.Compare_CompareResult_name[int32(c.Result)]; !ok {
-			return status.Errorf(codes.InvalidArgument, "engram: unknown compare result %d", c.Result)
-		}
+		// An unknown target or result is not refused: etcd evaluates it
+		// (mvcc's compareHeader follows its rule), and clients that send
+		// one get etcd's answer.
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
@@ -138,7 +135,8 @@ func (l Limits) checkOp(op *pb.RequestOp) error {
 	case *pb.RequestOp_RequestTxn:
 		return l.checkTxn(r.RequestTxn)
 	case nil:
-		return status.Error(codes.InvalidArgument, "engram: empty request op in txn")
+		// etcd's answer to an empty op, odd as its message is.
+		return rpctypes.ErrGRPCKeyNotFound
 	default:
 		return status.Errorf(codes.InvalidArgument, "engram: unknown request op %T", op.Request)
 	}

@@ -44,7 +44,7 @@ func TestCheckTxnIntervals(t *testing.T) {
 		{"nested overlaps outer", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), txn([]*pb.RequestOp{put("a")}, nil)}}, rpctypes.ErrGRPCDuplicateKey},
 		{"nested put in outer delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "z"), txn(nil, []*pb.RequestOp{put("m")})}}, rpctypes.ErrGRPCDuplicateKey},
 		{"empty key", &pb.TxnRequest{Success: []*pb.RequestOp{put("")}}, rpctypes.ErrGRPCEmptyKey},
-		{"empty op", &pb.TxnRequest{Success: []*pb.RequestOp{{}}}, status.Error(codes.InvalidArgument, "engram: empty request op in txn")},
+		{"empty op", &pb.TxnRequest{Success: []*pb.RequestOp{{}}}, rpctypes.ErrGRPCKeyNotFound},
 	}
 	for _, tc := range tests {
 		err := l.checkTxn(tc.txn)

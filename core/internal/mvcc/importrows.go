@@ -19,8 +19,10 @@ import (
 // Lease imports (or updates) a lease with its granted TTL. Import leases
 // before the rows attached to them.
 func (im *Importer) Lease(id, ttl int64) error {
-	if id <= 0 {
-		return fmt.Errorf("mvcc: import: lease ID %d is not positive", id)
+	if id == 0 {
+		// 0 means "no lease" in every record; etcd grants any other ID,
+		// negative ones included, so a source may hold them.
+		return fmt.Errorf("mvcc: import: lease ID 0 names no lease")
 	}
 	if ttl <= 0 {
 		return fmt.Errorf("mvcc: import: lease %x has TTL %d", id, ttl)

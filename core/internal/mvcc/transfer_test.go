@@ -146,9 +146,20 @@ func TestExportImportRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	src := open(t, memkv.New())
 	compacted := churn(t, src, 7, 300)
+	// etcd grants a lease ID the client chose, negative ones included; the
+	// copy must keep it like any other.
+	if _, err := src.GrantLease(ctx, -42, 600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Put(ctx, &pb.PutRequest{Key: []byte("/registry/negative-lease"), Value: []byte("v"), Lease: -42}); err != nil {
+		t.Fatal(err)
+	}
 	dstStore := memkv.New()
 	transfer(t, src, dstStore, nil)
 	dst := open(t, dstStore)
+	if keys := dst.Lessor().Keys(-42); len(keys) != 1 {
+		t.Fatalf("lease -42 holds %d keys in the copy, want 1", len(keys))
+	}
 
 	if dst.Rev() != src.Rev() || dst.CompactRev() != src.CompactRev() {
 		t.Fatalf("copy at revision %d compacted %d, original at %d compacted %d", dst.Rev(), dst.CompactRev(), src.Rev(), src.CompactRev())

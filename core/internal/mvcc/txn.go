@@ -118,7 +118,9 @@ func compareHeader(c *pb.Compare, h header, value []byte) bool {
 	case pb.Compare_LESS:
 		return r < 0
 	}
-	return false
+	// etcd's rule for a result it does not know: the compare holds. An
+	// unknown target compares nothing (r is 0), also as in etcd.
+	return true
 }
 
 func cmpInt(a, b int64) int {
