@@ -26,6 +26,11 @@ type pair struct {
 	names [2]string
 	kv    [2]pb.KVClient
 	lease [2]pb.LeaseClient
+	conns [2]*clientv3.Client
+}
+
+func (p *pair) watchClients() [2]pb.WatchClient {
+	return [2]pb.WatchClient{pb.NewWatchClient(p.conns[0].ActiveConnection()), pb.NewWatchClient(p.conns[1].ActiveConnection())}
 }
 
 func newPair(t *testing.T) (*pair, context.Context) {
@@ -45,6 +50,7 @@ func newPair(t *testing.T) (*pair, context.Context) {
 	for i, c := range []*clientv3.Client{ec, gc} {
 		p.kv[i] = pb.NewKVClient(c.ActiveConnection())
 		p.lease[i] = pb.NewLeaseClient(c.ActiveConnection())
+		p.conns[i] = c
 	}
 	return p, ctx
 }
@@ -152,4 +158,88 @@ func TestDiffNegativeLeaseID(t *testing.T) {
 	}, func(r *pb.RangeResponse) string {
 		return fmt.Sprintf("count=%d revision=%d", r.Count, r.Header.Revision)
 	})
+}
+
+// watchPair is one raw Watch stream on each server of a pair.
+type watchPair [2]pb.Watch_WatchClient
+
+func (p *pair) watch(t *testing.T, ctx context.Context, conns [2]pb.WatchClient) watchPair {
+	t.Helper()
+	var w watchPair
+	for i := range 2 {
+		s, err := conns[i].Watch(ctx)
+		if err != nil {
+			t.Fatalf("%s: watch stream: %v", p.names[i], err)
+		}
+		w[i] = s
+	}
+	return w
+}
+
+func showWatch(r *pb.WatchResponse) string {
+	rev := int64(-1)
+	if r.Header != nil {
+		rev = r.Header.Revision
+	}
+	return fmt.Sprintf("revision=%d watch_id=%d created=%v canceled=%v compact_revision=%d reason=%q events=%d",
+		rev, r.WatchId, r.Created, r.Canceled, r.CompactRevision, r.CancelReason, len(r.Events))
+}
+
+// exchange sends req on both streams and compares the next response of
+// each.
+func (w watchPair) exchange(t *testing.T, p *pair, what string, req *pb.WatchRequest) {
+	t.Helper()
+	same(t, p, what, func(i int) (*pb.WatchResponse, error) {
+		if err := w[i].Send(req); err != nil {
+			return nil, err
+		}
+		return w[i].Recv()
+	}, showWatch)
+}
+
+func createWatch(c *pb.WatchCreateRequest) *pb.WatchRequest {
+	return &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: c}}
+}
+
+// TestDiffWatchCreateRefusals: etcd refuses a watch on an empty range
+// (range_end at or below the key, item 14), a negative start revision
+// (item 15) and a duplicate client-chosen ID (item 16) with watch ID -1,
+// created and canceled, and such a refusal takes no ID from the stream, so
+// the IDs of later watches agree too.
+func TestDiffWatchCreateRefusals(t *testing.T) {
+	p, ctx := newPair(t)
+	w := p.watch(t, ctx, p.watchClients())
+	for _, c := range []struct {
+		what string
+		req  *pb.WatchCreateRequest
+	}{
+		{"range end below the key", &pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("a")}},
+		{"range end equal to the key", &pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("b")}},
+		{"negative start revision", &pb.WatchCreateRequest{Key: []byte("a"), StartRevision: -5}},
+		{"auto ID after refusals", &pb.WatchCreateRequest{Key: []byte("a")}},
+		{"explicit ID", &pb.WatchCreateRequest{Key: []byte("a"), WatchId: 77}},
+		{"duplicate explicit ID", &pb.WatchCreateRequest{Key: []byte("b"), WatchId: 77}},
+		{"auto ID after a duplicate", &pb.WatchCreateRequest{Key: []byte("c")}},
+		{"from key (range end 0x00)", &pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte{0}}},
+	} {
+		w.exchange(t, p, c.what, createWatch(c.req))
+	}
+}
+
+// TestDiffWatchBelowCompaction: a watch from below the compacted revision
+// is created, then canceled with the compacted revision (item 17: etcd's
+// cancel carries header revision 0).
+func TestDiffWatchBelowCompaction(t *testing.T) {
+	p, ctx := newPair(t)
+	for n := range 4 {
+		same(t, p, "put", func(i int) (*pb.PutResponse, error) {
+			return p.kv[i].Put(ctx, &pb.PutRequest{Key: []byte(fmt.Sprint("k", n)), Value: []byte("v")})
+		}, func(r *pb.PutResponse) string { return fmt.Sprint(r.Header.Revision) })
+	}
+	same(t, p, "compact", func(i int) (*pb.CompactionResponse, error) {
+		return p.kv[i].Compact(ctx, &pb.CompactionRequest{Revision: 4, Physical: true})
+	}, func(r *pb.CompactionResponse) string { return fmt.Sprint(r.Header.Revision) })
+	w := p.watch(t, ctx, p.watchClients())
+	w.exchange(t, p, "create from revision 2", createWatch(&pb.WatchCreateRequest{Key: []byte("k"), RangeEnd: []byte("l"), StartRevision: 2}))
+	same(t, p, "the cancel", func(i int) (*pb.WatchResponse, error) { return w[i].Recv() }, showWatch)
 }

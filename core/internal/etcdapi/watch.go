@@ -1,6 +1,7 @@
 package etcdapi
 
 import (
+	"bytes"
 	"context"
 	"sync"
 
@@ -174,14 +175,26 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 		}
 	}
 	head := ws.hub.Head()
-	if req.StartRevision <= 0 {
+	// etcd refuses these watches as created and canceled at once, under
+	// watch ID -1, and a refusal takes no ID from the stream.
+	refuse := func(reason string) error {
+		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
+	}
+	fromKey := len(cr.RangeEnd) == 1 && cr.RangeEnd[0] == 0
+	if len(cr.RangeEnd) != 0 && !fromKey && bytes.Compare(cr.Key, cr.RangeEnd) >= 0 {
+		return refuse("mvcc: watcher range is empty")
+	}
+	if req.StartRevision < 0 {
+		return refuse(rpctypes.ErrCompacted.Error())
+	}
+	if req.StartRevision == 0 {
 		req.StartRevision = head + 1
 	}
 	ws.mu.Lock()
 	if cr.WatchId != 0 {
 		if _, dup := ws.watchers[cr.WatchId]; dup {
 			ws.mu.Unlock()
-			return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: cr.WatchId, Created: true, Canceled: true, CancelReason: "mvcc: duplicate watch ID provided"})
+			return refuse("mvcc: duplicate watch ID provided on the WatchStream")
 		}
 		req.ID = cr.WatchId
 	} else {
@@ -225,6 +238,11 @@ func (ws *watchStream) sink(ctx context.Context, r watch.Response) error {
 		Canceled:        r.Canceled,
 		CompactRevision: r.CompactRevision,
 		CancelReason:    r.Reason,
+	}
+	if r.CompactRevision != 0 {
+		// etcd's cancel for a compacted start carries revision 0 in its
+		// header: it answers from no revision of the store.
+		resp.Header = ws.s.header(0)
 	}
 	if r.Canceled {
 		ws.mu.Lock()
