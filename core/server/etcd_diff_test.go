@@ -26,11 +26,7 @@ type pair struct {
 	names [2]string
 	kv    [2]pb.KVClient
 	lease [2]pb.LeaseClient
-	conns [2]*clientv3.Client
-}
-
-func (p *pair) watchClients() [2]pb.WatchClient {
-	return [2]pb.WatchClient{pb.NewWatchClient(p.conns[0].ActiveConnection()), pb.NewWatchClient(p.conns[1].ActiveConnection())}
+	watch [2]pb.WatchClient
 }
 
 func newPair(t *testing.T) (*pair, context.Context) {
@@ -50,7 +46,7 @@ func newPair(t *testing.T) (*pair, context.Context) {
 	for i, c := range []*clientv3.Client{ec, gc} {
 		p.kv[i] = pb.NewKVClient(c.ActiveConnection())
 		p.lease[i] = pb.NewLeaseClient(c.ActiveConnection())
-		p.conns[i] = c
+		p.watch[i] = pb.NewWatchClient(c.ActiveConnection())
 	}
 	return p, ctx
 }
@@ -163,11 +159,11 @@ func TestDiffNegativeLeaseID(t *testing.T) {
 // watchPair is one raw Watch stream on each server of a pair.
 type watchPair [2]pb.Watch_WatchClient
 
-func (p *pair) watch(t *testing.T, ctx context.Context, conns [2]pb.WatchClient) watchPair {
+func (p *pair) watchStreams(t *testing.T, ctx context.Context) watchPair {
 	t.Helper()
 	var w watchPair
 	for i := range 2 {
-		s, err := conns[i].Watch(ctx)
+		s, err := p.watch[i].Watch(ctx)
 		if err != nil {
 			t.Fatalf("%s: watch stream: %v", p.names[i], err)
 		}
@@ -208,7 +204,7 @@ func createWatch(c *pb.WatchCreateRequest) *pb.WatchRequest {
 // the IDs of later watches agree too.
 func TestDiffWatchCreateRefusals(t *testing.T) {
 	p, ctx := newPair(t)
-	w := p.watch(t, ctx, p.watchClients())
+	w := p.watchStreams(t, ctx)
 	for _, c := range []struct {
 		what string
 		req  *pb.WatchCreateRequest
@@ -239,7 +235,7 @@ func TestDiffWatchBelowCompaction(t *testing.T) {
 	same(t, p, "compact", func(i int) (*pb.CompactionResponse, error) {
 		return p.kv[i].Compact(ctx, &pb.CompactionRequest{Revision: 4, Physical: true})
 	}, func(r *pb.CompactionResponse) string { return fmt.Sprint(r.Header.Revision) })
-	w := p.watch(t, ctx, p.watchClients())
+	w := p.watchStreams(t, ctx)
 	w.exchange(t, p, "create from revision 2", createWatch(&pb.WatchCreateRequest{Key: []byte("k"), RangeEnd: []byte("l"), StartRevision: 2}))
 	same(t, p, "the cancel", func(i int) (*pb.WatchResponse, error) { return w[i].Recv() }, showWatch)
 }
