@@ -57,10 +57,15 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	}
 	defer unpin()
 	// Without sorting or filters only the first Limit entries are kept;
-	// the rest are only counted.
+	// the rest are only counted. With a sort target but no order, etcd
+	// reads one entry past the limit in key order and sorts only those.
 	keep := -1
-	if req.Limit > 0 && plainOrder(req) {
+	switch {
+	case req.Limit <= 0:
+	case plainOrder(req):
 		keep = int(req.Limit)
+	case limitBeforeSort(req):
+		keep = int(req.Limit) + 1
 	}
 	entries, count, err := b.entriesAt(ctx, req.Key, req.RangeEnd, rev, keep)
 	if err != nil {
@@ -76,7 +81,19 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 func plainOrder(req *pb.RangeRequest) bool {
 	sorted := req.SortOrder == pb.RangeRequest_NONE && req.SortTarget == pb.RangeRequest_KEY ||
 		req.SortOrder == pb.RangeRequest_ASCEND && req.SortTarget == pb.RangeRequest_KEY
-	return sorted && req.MinModRevision == 0 && req.MaxModRevision == 0 && req.MinCreateRevision == 0 && req.MaxCreateRevision == 0
+	return sorted && !filtered(req)
+}
+
+// limitBeforeSort reports whether etcd applies a range's limit in key order
+// before sorting: with a sort target but sort order NONE (which sorts
+// ascending) and no filter, it reads only Limit+1 keys, sorts those and
+// then cuts to Limit, so the answer is not the range's Limit smallest.
+func limitBeforeSort(req *pb.RangeRequest) bool {
+	return req.SortOrder == pb.RangeRequest_NONE && req.SortTarget != pb.RangeRequest_KEY && !filtered(req)
+}
+
+func filtered(req *pb.RangeRequest) bool {
+	return req.MinModRevision != 0 || req.MaxModRevision != 0 || req.MinCreateRevision != 0 || req.MaxCreateRevision != 0
 }
 
 // entriesAt returns the live versions at rev of the keys in [key, end) in key
@@ -304,7 +321,7 @@ func buildRange(req *pb.RangeRequest, entries []entry, count int) *pb.RangeRespo
 		return resp
 	}
 	kept := entries
-	if req.MinModRevision != 0 || req.MaxModRevision != 0 || req.MinCreateRevision != 0 || req.MaxCreateRevision != 0 {
+	if filtered(req) {
 		kept = make([]entry, 0, len(entries))
 		for _, e := range entries {
 			if req.MinModRevision != 0 && e.hdr.modRev < req.MinModRevision ||
@@ -316,17 +333,32 @@ func buildRange(req *pb.RangeRequest, entries []entry, count int) *pb.RangeRespo
 			kept = append(kept, e)
 		}
 	}
+	// The entries are in key order. etcd then sorts them with sort.Sort,
+	// which is not stable: entries with equal sort keys end up in the
+	// order its algorithm leaves them, and DESCEND is the same algorithm
+	// over the reversed comparison, not a reversal of the ascending order.
+	// Using the same algorithm with the same comparisons over the same
+	// input gives the same order.
 	order := req.SortOrder
-	if order == pb.RangeRequest_NONE && req.SortTarget != pb.RangeRequest_KEY {
-		// etcd: a sort target without an order sorts ascending.
+	switch {
+	case order == pb.RangeRequest_NONE && req.SortTarget != pb.RangeRequest_KEY:
+		// A sort target without an order sorts ascending.
 		order = pb.RangeRequest_ASCEND
+	case order == pb.RangeRequest_ASCEND && req.SortTarget == pb.RangeRequest_KEY:
+		// Already in that order.
+		order = pb.RangeRequest_NONE
 	}
-	if order != pb.RangeRequest_NONE && !(order == pb.RangeRequest_ASCEND && req.SortTarget == pb.RangeRequest_KEY) {
-		less := sortLess(req.SortTarget, kept)
+	if req.Limit > 0 && limitBeforeSort(req) && int64(len(kept)) > req.Limit+1 {
+		// A caller that read the whole range (a Txn's read) still sorts
+		// only what etcd would have read.
+		kept = kept[:req.Limit+1]
+	}
+	if order != pb.RangeRequest_NONE {
+		s := entrySort{target: req.SortTarget, es: kept}
 		if order == pb.RangeRequest_DESCEND {
-			sort.SliceStable(kept, func(i, j int) bool { return less(j, i) })
+			sort.Sort(sort.Reverse(s))
 		} else {
-			sort.SliceStable(kept, less)
+			sort.Sort(s)
 		}
 	}
 	if req.Limit > 0 && int64(len(kept)) > req.Limit {
@@ -344,17 +376,29 @@ func buildRange(req *pb.RangeRequest, entries []entry, count int) *pb.RangeRespo
 	return resp
 }
 
-func sortLess(target pb.RangeRequest_SortTarget, es []entry) func(i, j int) bool {
-	switch target {
+// entrySort orders entries by one sort target. Less compares integers by
+// the sign of their difference, as etcd does, so that even values whose
+// difference overflows compare as they do in etcd.
+type entrySort struct {
+	target pb.RangeRequest_SortTarget
+	es     []entry
+}
+
+func (s entrySort) Len() int      { return len(s.es) }
+func (s entrySort) Swap(i, j int) { s.es[i], s.es[j] = s.es[j], s.es[i] }
+
+func (s entrySort) Less(i, j int) bool {
+	a, b := &s.es[i], &s.es[j]
+	switch s.target {
 	case pb.RangeRequest_VERSION:
-		return func(i, j int) bool { return es[i].hdr.version < es[j].hdr.version }
+		return a.hdr.version-b.hdr.version < 0
 	case pb.RangeRequest_CREATE:
-		return func(i, j int) bool { return es[i].hdr.createRev < es[j].hdr.createRev }
+		return a.hdr.createRev-b.hdr.createRev < 0
 	case pb.RangeRequest_MOD:
-		return func(i, j int) bool { return es[i].hdr.modRev < es[j].hdr.modRev }
+		return a.hdr.modRev-b.hdr.modRev < 0
 	case pb.RangeRequest_VALUE:
-		return func(i, j int) bool { return bytes.Compare(es[i].value, es[j].value) < 0 }
+		return bytes.Compare(a.value, b.value) < 0
 	default:
-		return func(i, j int) bool { return bytes.Compare(es[i].key, es[j].key) < 0 }
+		return bytes.Compare(a.key, b.key) < 0
 	}
 }
