@@ -96,6 +96,11 @@ type Backend struct {
 	clock  *tso.Clock
 
 	compactRev atomic.Int64
+	// compacted is set once a compaction mark is stored: etcd tells a
+	// store never compacted (where Compact(0) succeeds) from one
+	// compacted at 0. An old data directory without a mark reads as never
+	// compacted.
+	compacted  atomic.Bool
 	compactMu  sync.Mutex // serialises Compact calls
 	compactReq chan struct{}
 	physical   atomic.Int64 // revision up to which history was removed
@@ -199,7 +204,8 @@ func (b *Backend) SetNotifier(n Notifier) { b.notifier.Store(&notifierBox{n}) }
 // Rev returns the current revision.
 func (b *Backend) Rev() int64 { return b.clock.Current() }
 
-// CompactRev returns the compacted revision (0 if never compacted).
+// CompactRev returns the compacted revision (0 if never compacted; see
+// compactFloor for the difference etcd makes).
 func (b *Backend) CompactRev() int64 { return b.compactRev.Load() }
 
 // TempDir is where the backend's temporary files go ("" = os.TempDir()).
@@ -285,6 +291,7 @@ func (b *Backend) loadCompacted(ctx context.Context) error {
 	}
 	storeMax(&b.compactRev, int64(binary.BigEndian.Uint64(v)))
 	storeMax(&b.physical, int64(binary.BigEndian.Uint64(v[8:])))
+	b.compacted.Store(true)
 	return nil
 }
 

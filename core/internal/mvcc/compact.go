@@ -48,7 +48,7 @@ func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, err
 	}
 	b.compactMu.Lock()
 	cur := b.clock.Current()
-	if rev <= b.compactRev.Load() {
+	if rev <= b.compactFloor() {
 		b.compactMu.Unlock()
 		return cur, ErrCompacted
 	}
@@ -64,6 +64,7 @@ func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, err
 		return cur, storageErr("persist compacted revision", err)
 	}
 	b.compactRev.Store(rev)
+	b.compacted.Store(true)
 	b.compactMu.Unlock()
 	b.counts.dropBelow(rev)
 	b.kickCompaction()
@@ -79,6 +80,19 @@ func (b *Backend) Compact(ctx context.Context, rev int64, wait bool) (int64, err
 		}
 	}
 	return cur, nil
+}
+
+// compactFloor is the revision at or below which Compact answers
+// ErrCompacted. As in etcd (mvcc's store starts its compacted revision at
+// -1), a store never compacted accepts Compact(0) and refuses only negative
+// revisions; once compacted at C, C and below are refused, so a repeated
+// Compact(0) is refused too. The stored mark is what tells the two apart,
+// before and after a restart.
+func (b *Backend) compactFloor() int64 {
+	if !b.compacted.Load() {
+		return -1
+	}
+	return b.compactRev.Load()
 }
 
 func compactRecord(logical, physical int64) []byte {
