@@ -45,7 +45,7 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		return w.drained(role, forwardStream(ctx, role, pb.NewWatchClient, pb.WatchClient.Watch, stream.Recv, stream.Send))
 	}
 	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, endStream: cancel, stream: stream,
-		sendSlot: make(chan struct{}, 1), sendErr: make(chan error, 1), watchers: map[int64]*watch.Watcher{}}
+		sendSlot: make(chan struct{}, 1), sendErr: make(chan error, 1), watchers: map[int64]*watch.Watcher{}, compacted: map[int64]struct{}{}}
 	defer ws.stopAll()
 	sendErr := ws.sendErr
 	recvErr := make(chan error, 1)
@@ -101,7 +101,12 @@ type watchStream struct {
 
 	mu       sync.Mutex
 	watchers map[int64]*watch.Watcher
-	nextID   int64
+	// compacted holds the IDs of watchers a compaction cancelled. As in
+	// etcd, such a watcher stays on the stream until the client cancels
+	// it: its ID stays taken, and no RequestProgress is answered while
+	// it is there.
+	compacted map[int64]struct{}
+	nextID    int64
 	// progressTarget > 0 is a pending RequestProgress: it is answered once
 	// every watcher delivered everything up to at least this revision.
 	progressTarget int64
@@ -192,13 +197,13 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	}
 	ws.mu.Lock()
 	if cr.WatchId != 0 {
-		if _, dup := ws.watchers[cr.WatchId]; dup {
+		if ws.taken(cr.WatchId) {
 			ws.mu.Unlock()
 			return refuse("mvcc: duplicate watch ID provided on the WatchStream")
 		}
 		req.ID = cr.WatchId
 	} else {
-		for ws.watchers[ws.nextID] != nil {
+		for ws.taken(ws.nextID) {
 			ws.nextID++
 		}
 		req.ID = ws.nextID
@@ -229,6 +234,13 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	return nil
 }
 
+// taken reports whether id names a watcher on the stream. Call with mu held.
+func (ws *watchStream) taken(id int64) bool {
+	_, running := ws.watchers[id]
+	_, compacted := ws.compacted[id]
+	return running || compacted
+}
+
 // sink turns the hub's responses into etcd watch responses.
 func (ws *watchStream) sink(ctx context.Context, r watch.Response) error {
 	resp := &pb.WatchResponse{
@@ -247,6 +259,9 @@ func (ws *watchStream) sink(ctx context.Context, r watch.Response) error {
 	if r.Canceled {
 		ws.mu.Lock()
 		delete(ws.watchers, r.WatchID)
+		if r.CompactRevision != 0 {
+			ws.compacted[r.WatchID] = struct{}{}
+		}
 		ws.mu.Unlock()
 		defer ws.checkProgress()
 	}
@@ -257,6 +272,11 @@ func (ws *watchStream) cancel(id int64) error {
 	ws.mu.Lock()
 	w, ok := ws.watchers[id]
 	delete(ws.watchers, id)
+	if _, compacted := ws.compacted[id]; compacted {
+		// etcd confirms the cancel of a watcher compaction ended.
+		delete(ws.compacted, id)
+		ok = true
+	}
 	ws.mu.Unlock()
 	if !ok {
 		// etcd answers a cancel of an unknown watch with nothing.
@@ -274,14 +294,36 @@ func (ws *watchStream) cancel(id int64) error {
 
 // requestProgress answers a RequestProgress once all watchers of the stream
 // are synced, with watch ID -1, as etcd >= 3.5.13 does.
+//
+// On a stream without watchers etcd drops the request. While a watcher a
+// compaction cancelled is still on the stream, etcd drops it too: it answers only when every watcher is in its synced
+// group, and a compacted one is in none until the client cancels it
+// (mvcc/watchable_store.go progressIfSync). A request made meanwhile is
+// never answered, even after that cancel. etcd drops a request made
+// while any watcher is catching up too; Engram instead answers it once
+// the watchers caught up, because its watchers count as caught up only
+// once their events are sent, which under steady writes could otherwise
+// starve progress answers (README, compatibility).
 func (ws *watchStream) requestProgress() {
 	target := ws.hub.Head()
 	ws.mu.Lock()
+	if ws.dropProgress() {
+		ws.mu.Unlock()
+		return
+	}
 	if ws.progressTarget == 0 || target > ws.progressTarget {
 		ws.progressTarget = target
 	}
 	ws.mu.Unlock()
 	ws.checkProgress()
+}
+
+// dropProgress reports whether etcd would never answer a progress request
+// on the stream now: when it holds no watcher (etcd has none to answer
+// on), or a watcher a compaction cancelled (see requestProgress). Call
+// with mu held.
+func (ws *watchStream) dropProgress() bool {
+	return len(ws.watchers) == 0 || len(ws.compacted) > 0
 }
 
 // checkProgress sends the pending progress response if every watcher has
@@ -291,6 +333,11 @@ func (ws *watchStream) requestProgress() {
 func (ws *watchStream) checkProgress() {
 	ws.mu.Lock()
 	if ws.progressTarget == 0 {
+		ws.mu.Unlock()
+		return
+	}
+	if ws.dropProgress() {
+		ws.progressTarget = 0
 		ws.mu.Unlock()
 		return
 	}
@@ -323,6 +370,7 @@ func (ws *watchStream) stopAll() {
 		}
 	}
 	ws.watchers = map[int64]*watch.Watcher{}
+	ws.compacted = map[int64]struct{}{}
 	ws.mu.Unlock()
 	for _, w := range watchers {
 		w.Stop()
