@@ -21,10 +21,17 @@ import (
 // and RequestProgress beside a compacted watcher (issue 14, items 9, 11,
 // 12, 18), and the pinned refusal of an over-long key (item 10).
 
-// newRestartablePair is newPair over an etcd data directory and an Engram
-// store that outlive their servers: restart stops both servers and starts
-// them again on the same data, pointing p's clients at the new ones.
-func newRestartablePair(t *testing.T) (p *pair, ctx context.Context, restart func()) {
+// restartablePair is a pair over an etcd data directory and an Engram
+// store that outlive their servers, with Maintenance clients too.
+type restartablePair struct {
+	*pair
+	maint [2]pb.MaintenanceClient
+	// restart stops both servers and starts them again on the same data,
+	// pointing the clients at the new ones.
+	restart func()
+}
+
+func newRestartablePair(t *testing.T) (*restartablePair, context.Context) {
 	t.Helper()
 	etcdtest.Require(t)
 	dataDir := t.TempDir() + "/etcd"
@@ -33,7 +40,7 @@ func newRestartablePair(t *testing.T) (p *pair, ctx context.Context, restart fun
 	// A hang guard, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	p = &pair{names: [2]string{"etcd", "engram"}}
+	p := &restartablePair{pair: &pair{names: [2]string{"etcd", "engram"}}}
 	var stop func()
 	start := func() {
 		e := etcdtest.Start(t, etcdtest.Options{DataDir: dataDir})
@@ -47,6 +54,7 @@ func newRestartablePair(t *testing.T) (p *pair, ctx context.Context, restart fun
 			p.kv[i] = pb.NewKVClient(c.ActiveConnection())
 			p.lease[i] = pb.NewLeaseClient(c.ActiveConnection())
 			p.watch[i] = pb.NewWatchClient(c.ActiveConnection())
+			p.maint[i] = pb.NewMaintenanceClient(c.ActiveConnection())
 		}
 		stop = func() {
 			_ = ec.Close()
@@ -57,7 +65,22 @@ func newRestartablePair(t *testing.T) (p *pair, ctx context.Context, restart fun
 		}
 	}
 	start()
-	return p, ctx, func() { stop(); start() }
+	p.restart = func() { stop(); start() }
+	return p, ctx
+}
+
+// hashKV compares HashKV's answers at rev, compact_revision included: etcd
+// reports -1 for a store never compacted, 0 for one compacted at 0. (At
+// revision 0, right after Compact(0), a live etcd answers from the hash it
+// kept while compacting, README's deliberate HashKV difference; hence an
+// explicit revision.)
+func (p *restartablePair) hashKV(t *testing.T, ctx context.Context, rev int64, what string) {
+	t.Helper()
+	same(t, p.pair, "hashkv "+what, func(i int) (*pb.HashKVResponse, error) {
+		return p.maint[i].HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+	}, func(r *pb.HashKVResponse) string {
+		return fmt.Sprintf("revision=%d hash=%d compact_revision=%d hash_revision=%d", r.Header.Revision, r.Hash, r.CompactRevision, r.HashRevision)
+	})
 }
 
 func showHeader(r *pb.CompactionResponse) string { return fmt.Sprint("revision=", r.Header.Revision) }
@@ -95,20 +118,26 @@ func TestDiffCompactRevisions(t *testing.T) {
 
 // TestDiffCompactAfterRestart: whether a store was ever compacted survives
 // a restart (item 9): a store never compacted still accepts Compact(0)
-// after one, and one compacted at 0 refuses it after one.
+// after one, and one compacted at 0 refuses it after one; HashKV's
+// compact_revision tells the two apart too.
 func TestDiffCompactAfterRestart(t *testing.T) {
-	p, ctx, restart := newRestartablePair(t)
+	p, ctx := newRestartablePair(t)
 	p.put(t, ctx, "a", "v")
-	restart()
+	p.hashKV(t, ctx, 2, "never compacted")
+	p.restart()
+	p.hashKV(t, ctx, 2, "never compacted, restarted")
 	p.compact(t, ctx, -1)
 	p.compact(t, ctx, 0)
-	restart()
+	p.hashKV(t, ctx, 2, "compacted at 0")
+	p.restart()
+	p.hashKV(t, ctx, 2, "compacted at 0, restarted")
 	p.compact(t, ctx, 0)
 	p.compact(t, ctx, 1)
-	restart()
+	p.restart()
 	p.compact(t, ctx, 1)
 	p.compact(t, ctx, 2)
-	restart()
+	p.restart()
+	p.hashKV(t, ctx, 2, "compacted at 2, restarted")
 	p.compact(t, ctx, 2)
 	p.put(t, ctx, "b", "v")
 	p.compact(t, ctx, 3)

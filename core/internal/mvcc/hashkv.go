@@ -31,7 +31,7 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 		if err != nil {
 			return KVHash{}, err
 		}
-		return KVHash{Hash: etcdfmt.NewHasher().Sum(), Rev: rev, CurrentRev: cur, CompactRev: etcdCompactRev(compact)}, nil
+		return KVHash{Hash: etcdfmt.NewHasher().Sum(), Rev: rev, CurrentRev: cur, CompactRev: b.etcdCompactRev(compact)}, nil
 	}
 	sorter := etcdfmt.NewSorter(b.tempDir, 0)
 	defer sorter.Close()
@@ -45,7 +45,7 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 	if err != nil {
 		return KVHash{}, err
 	}
-	compact := etcdCompactRev(info.CompactRev)
+	compact := b.etcdCompactRev(info.CompactRev)
 	h := etcdfmt.NewHasher()
 	err = sorter.Each(ctx, func(e *etcdfmt.Entry) error {
 		if etcdfmt.Hashed(e, compact, info.Rev, e.Latest && !e.Tombstone, live == 0) {
@@ -60,9 +60,9 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 }
 
 // etcdCompactRev is the compacted revision as etcd reports it: -1 for a
-// store never compacted.
-func etcdCompactRev(rev int64) int64 {
-	if rev == 0 {
+// store never compacted, 0 for one compacted at 0.
+func (b *Backend) etcdCompactRev(rev int64) int64 {
+	if rev == 0 && !b.compacted.Load() {
 		return -1
 	}
 	return rev
