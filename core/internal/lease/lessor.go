@@ -11,6 +11,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -209,18 +210,34 @@ func remaining(e *entry, now time.Time) int64 {
 	return int64(math.Ceil(d.Seconds()))
 }
 
-// List returns the IDs of all live leases, sorted.
+// List returns the IDs of all live leases, the soonest to expire first, as
+// etcd's LeaseLeases orders them (clients that print the list, etcdctl lease
+// list among them, show that order). Leases expiring at the same instant,
+// which etcd leaves in map order, are ordered by ID so the answer is stable.
 func (l *Lessor) List() []int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.clock.Now()
-	ids := make([]int64, 0, len(l.leases))
+	type live struct {
+		id     int64
+		expiry time.Time
+	}
+	ls := make([]live, 0, len(l.leases))
 	for id, e := range l.leases {
 		if !e.expiredAt(now) {
-			ids = append(ids, id)
+			ls = append(ls, live{id, e.expiry})
 		}
 	}
-	slices.Sort(ids)
+	slices.SortFunc(ls, func(a, b live) int {
+		if c := a.expiry.Compare(b.expiry); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	ids := make([]int64, len(ls))
+	for i, x := range ls {
+		ids[i] = x.id
+	}
 	return ids
 }
 

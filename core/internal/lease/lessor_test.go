@@ -160,3 +160,42 @@ func TestRunRearmsForAnEarlierGrant(t *testing.T) {
 	r.clk.Advance(95 * time.Second)
 	r.expectCall(1, nil)
 }
+
+// TestListOrder pins etcd's LeaseLeases order: soonest expiry first, a
+// renewal moving a lease back, ties by ID, expired leases left out.
+func TestListOrder(t *testing.T) {
+	clk := fakeclock.New(t, t0)
+	l := New(Options{Clock: clk})
+	l.Grant(-42, 100)
+	l.Grant(9, 30)
+	l.Grant(5, 30)
+	l.Grant(1, 10)
+	check := func(want ...int64) {
+		t.Helper()
+		got := l.List()
+		if len(got) != len(want) {
+			t.Fatalf("List() = %v, want %v", got, want)
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Fatalf("List() = %v, want %v", got, want)
+			}
+		}
+	}
+	check(1, 5, 9, -42)
+	clk.Advance(5 * time.Second)
+	if _, err := l.Renew(9); err != nil {
+		t.Fatal(err)
+	}
+	check(1, 5, 9, -42)
+	if _, err := l.Renew(1); err != nil {
+		t.Fatal(err)
+	}
+	check(1, 5, 9, -42)
+	clk.Advance(10 * time.Second)
+	check(5, 9, -42)
+	if _, err := l.Renew(5); err != nil {
+		t.Fatal(err)
+	}
+	check(9, 5, -42)
+}
