@@ -83,20 +83,11 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	return resp, nil
 }
 
+// fillTxnHeaders completes the transaction's own header only: etcd leaves
+// the headers of the responses inside a transaction as its store set them
+// (a revision, no cluster or member ID) and a nested transaction's empty.
 func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
 	s.fillHeader(&resp.Header, 0)
-	for _, op := range resp.Responses {
-		switch r := op.Response.(type) {
-		case *pb.ResponseOp_ResponseRange:
-			s.fillHeader(&r.ResponseRange.Header, resp.Header.Revision)
-		case *pb.ResponseOp_ResponsePut:
-			s.fillHeader(&r.ResponsePut.Header, resp.Header.Revision)
-		case *pb.ResponseOp_ResponseDeleteRange:
-			s.fillHeader(&r.ResponseDeleteRange.Header, resp.Header.Revision)
-		case *pb.ResponseOp_ResponseTxn:
-			s.fillTxnHeaders(r.ResponseTxn)
-		}
-	}
 }
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {

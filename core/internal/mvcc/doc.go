@@ -11,8 +11,9 @@
 //
 //	revision key(k)   -> k's latest version: header + value (a tombstone after a delete)
 //	object key(k, r)  -> header + value of k's version at revision r, for every
-//	                     version that a later one superseded (history)
-//	event key(r)      -> the keys changed at revision r, with their previous revisions
+//	                     version that a later revision superseded (history)
+//	event key(r)      -> the keys changed at revision r, in order, each with the
+//	                     revision of its live version before r
 //	lease key(id)     -> granted TTL
 //	lease index(id,k) -> present while k is attached to lease id
 //	meta "compact"    -> compacted and physically compacted revisions

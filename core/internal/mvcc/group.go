@@ -33,6 +33,20 @@ type keyState struct {
 	// written is the record batch encoded for the revision key (nil when it
 	// deletes it), for the latest-record cache once the batch committed.
 	written []byte
+
+	// stagedRev is the revision of the group that last staged a version of
+	// the key (0: none). One transaction may change a key more than once
+	// (etcd accepts a put and a delete covering it in one transaction);
+	// only the last version of a revision is ever readable, so the ones
+	// before it replace each other instead of going to history.
+	stagedRev int64
+	// before is the key's live version before stagedRev (nil: not live):
+	// the prev_kv of every event of that revision, as etcd reads it.
+	before *mvccpb.KeyValue
+	// past holds the key's last version of each earlier revision of the
+	// group, oldest first, for a transaction's Range at such a revision
+	// (txnrange.go). The version before the group is base.
+	past []staged
 }
 
 func (s *keyState) live() bool { return s.exists && !s.cur.tombstone }
@@ -144,17 +158,30 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 	if s.live() {
 		oldLease = s.cur.lease
 	}
-	if s.exists {
-		// The version being replaced (a tombstone too: reads between the
-		// delete and this write must see the key deleted) moves to history.
-		g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+	if s.stagedRev != h.modRev {
+		if s.stagedRev != 0 {
+			s.past = append(s.past, staged{hdr: s.cur, value: s.value, exists: s.exists})
+		}
+		if s.exists {
+			// The version being replaced (a tombstone too: reads between
+			// the delete and this write must see the key deleted) moves
+			// to history.
+			g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+		}
+		s.stagedRev, s.before = h.modRev, prev
 	}
 	// etcd numbers the changes of a transaction from 0 in execution order.
 	h.sub = int64(len(g.changes))
 	s.cur, s.exists, s.dirty, s.value, s.deleteRevKey = h, true, true, value, false
+	// The event's previous version is the key's before this revision, as
+	// etcd reads it; a put that creates the key has none.
+	evPrev := s.before
+	if !h.tombstone && h.version == 1 {
+		evPrev = nil
+	}
 	c := change{deleted: h.tombstone, key: key}
-	if prev != nil {
-		c.prevRev = prev.ModRevision
+	if evPrev != nil {
+		c.prevRev = evPrev.ModRevision
 	}
 	g.changes = append(g.changes, c)
 	if oldLease != h.lease {
@@ -171,7 +198,7 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 			g.after = append(g.after, func() { g.b.lessor.Attach(newLease, k) })
 		}
 	}
-	ev := &mvccpb.Event{PrevKv: prev}
+	ev := &mvccpb.Event{PrevKv: evPrev}
 	if h.tombstone {
 		ev.Type = mvccpb.DELETE
 		ev.Kv = &mvccpb.KeyValue{Key: key, ModRevision: h.modRev}

@@ -2,24 +2,27 @@ package mvcc
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+
+	"github.com/engramkv/engram/core/internal/coder"
 )
 
 // Transaction evaluation inside a write group: the compares against the
 // state before the transaction, the checks that make it all-or-nothing, and
 // the puts, deletes and ranges of the branch taken.
 
-// txn executes one transaction against the group's state.
-func (g *group) txn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
+// txn executes one transaction against the group's state. single marks a
+// Put or DeleteRange request rather than a Txn: etcd checks such a put's
+// lease before its key, a transaction's put the other way round.
+func (g *group) txn(t *pb.TxnRequest, single bool) (*pb.TxnResponse, error) {
 	path, err := g.comparePath(t)
 	if err != nil {
 		return nil, err
 	}
-	if err := g.check(t, path); err != nil {
+	if err := g.check(t, path, single); err != nil {
 		return nil, err
 	}
 	rev := g.rev + 1
@@ -133,48 +136,110 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// check validates the puts on t's path before anything executes, so a
-// transaction either applies whole or fails without side effects.
-func (g *group) check(t *pb.TxnRequest, path []bool) error {
-	_, err := g.checkOps(t, path)
+// check validates the ops on t's path before anything executes, so a
+// transaction either applies whole or fails without side effects. The
+// rules and their order are etcd's (the first failing op decides).
+func (g *group) check(t *pb.TxnRequest, path []bool, single bool) error {
+	c := txnCheck{g: g, single: single}
+	_, err := c.ops(t, path)
 	return err
 }
 
-func (g *group) checkOps(t *pb.TxnRequest, path []bool) ([]bool, error) {
+// txnCheck walks a transaction's path in execution order.
+type txnCheck struct {
+	g      *group
+	single bool
+	// dels are the ranges deleted by the ops walked so far, as they
+	// execute ("\x00" reaching to the end).
+	dels []delRange
+}
+
+type delRange struct{ key, end []byte }
+
+func (c *txnCheck) ops(t *pb.TxnRequest, path []bool) ([]bool, error) {
 	ok, rest := path[0], path[1:]
 	for _, op := range branch(t, ok) {
+		var err error
 		switch r := op.Request.(type) {
 		case *pb.RequestOp_RequestPut:
-			p := r.RequestPut
-			if p.Lease != 0 && !p.IgnoreLease && !g.b.lessor.Exists(p.Lease) {
-				return nil, ErrLeaseNotFound
-			}
-			if p.IgnoreValue || p.IgnoreLease {
-				s, err := g.state(p.Key)
-				if err != nil {
-					return nil, err
-				}
-				if !s.live() {
-					return nil, ErrKeyNotFound
-				}
-			}
+			err = c.put(r.RequestPut)
+		case *pb.RequestOp_RequestDeleteRange:
+			c.dels = append(c.dels, delRange{r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd})
 		case *pb.RequestOp_RequestRange:
-			if rv := r.RequestRange.Revision; rv > 0 {
-				if rv > g.rev {
-					return nil, ErrFutureRev
-				}
-				if rv < g.b.compactRev.Load() {
-					return nil, ErrCompacted
-				}
-			}
+			err = c.g.checkRangeRevision(r.RequestRange.Revision)
 		case *pb.RequestOp_RequestTxn:
-			var err error
-			if rest, err = g.checkOps(r.RequestTxn, rest); err != nil {
-				return nil, err
-			}
+			rest, err = c.ops(r.RequestTxn, rest)
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 	return rest, nil
+}
+
+// put checks a put's lease and, with ignore_value or ignore_lease, that
+// its key exists. In a Txn etcd checks the key first, in a Put request the
+// lease first.
+func (c *txnCheck) put(p *pb.PutRequest) error {
+	if c.single {
+		if err := c.lease(p); err != nil {
+			return err
+		}
+	}
+	if p.IgnoreValue || p.IgnoreLease {
+		s, err := c.g.state(p.Key)
+		if err != nil {
+			return err
+		}
+		if !s.live() {
+			return ErrKeyNotFound
+		}
+		// etcd checks against the state before the transaction and then
+		// fails (crashes, in 3.6) executing a put whose key an earlier op
+		// of the same transaction deleted; refuse it up front instead.
+		for _, d := range c.dels {
+			if coder.InRange(p.Key, d.key, d.end) {
+				return ErrKeyNotFound
+			}
+		}
+	}
+	if !c.single {
+		return c.lease(p)
+	}
+	return nil
+}
+
+func (c *txnCheck) lease(p *pb.PutRequest) error {
+	if p.Lease != 0 && !p.IgnoreLease && !c.g.b.lessor.Exists(p.Lease) {
+		return ErrLeaseNotFound
+	}
+	return nil
+}
+
+// checkRangeRevision is etcd's rule for a Range's revision inside a
+// transaction, stricter than a plain Range's: any revision other than 0
+// (negative ones too) must be neither above the current revision nor below
+// the first one still readable.
+func (g *group) checkRangeRevision(rev int64) error {
+	switch {
+	case rev == 0:
+		return nil
+	case rev > g.rev:
+		return ErrFutureRev
+	case rev < g.firstRev():
+		return ErrCompacted
+	}
+	return nil
+}
+
+// firstRev is the oldest revision a read may ask for: the compacted one,
+// or -1 (etcd's value) before any compaction, so that revision -1 means
+// "current" until the first compaction and is refused after it.
+func (g *group) firstRev() int64 {
+	if c := g.b.compactRev.Load(); c > 0 {
+		return c
+	}
+	return -1
 }
 
 func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnResponse, error) {
@@ -182,6 +247,12 @@ func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnRespon
 	return resp, err
 }
 
+// execPath executes the branch path chose at each level. The headers of
+// the responses inside are etcd's: a put's is the revision being written;
+// a delete's and a range's are the revision before the transaction until
+// the transaction changed something, then the one being written; a nested
+// transaction's is empty. The transaction's own is set once it committed
+// (runGroup).
 func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnResponse, []bool, error) {
 	ok, rest := path[0], path[1:]
 	ops := branch(t, ok)
@@ -190,22 +261,25 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnRespo
 		var out *pb.ResponseOp
 		switch r := op.Request.(type) {
 		case *pb.RequestOp_RequestRange:
-			rr, err := g.rangeOp(r.RequestRange)
+			rr, err := g.rangeOp(r.RequestRange, rev)
 			if err != nil {
 				return nil, nil, err
 			}
+			rr.Header = &pb.ResponseHeader{Revision: g.seenRev(rev)}
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
 		case *pb.RequestOp_RequestPut:
 			pr, err := g.put(r.RequestPut, rev)
 			if err != nil {
 				return nil, nil, err
 			}
+			pr.Header = &pb.ResponseHeader{Revision: rev}
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}
 		case *pb.RequestOp_RequestDeleteRange:
 			dr, err := g.deleteRange(r.RequestDeleteRange, rev)
 			if err != nil {
 				return nil, nil, err
 			}
+			dr.Header = &pb.ResponseHeader{Revision: g.seenRev(rev)}
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}
 		case *pb.RequestOp_RequestTxn:
 			tr, r2, err := g.execPath(r.RequestTxn, rest, rev)
@@ -213,6 +287,7 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnRespo
 				return nil, nil, err
 			}
 			rest = r2
+			tr.Header = &pb.ResponseHeader{}
 			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
 		default:
 			return nil, nil, fmt.Errorf("mvcc: unknown request op %T", op.Request)
@@ -222,36 +297,13 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnRespo
 	return resp, rest, nil
 }
 
-// rangeOp serves a Range inside a write transaction: it sees the writes of
-// earlier requests in the group and earlier ops of the same transaction. A
-// revision, if given, must be the current one.
-func (g *group) rangeOp(req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if req.Revision > 0 && req.Revision != g.rev {
-		if req.Revision > g.rev {
-			return nil, ErrFutureRev
-		}
-		// A historical read inside a transaction reads committed history.
-		unpin, err := g.b.pin(req.Revision)
-		if err != nil {
-			return nil, err
-		}
-		defer unpin()
-		entries, count, err := g.b.entriesAt(context.Background(), req.Key, req.RangeEnd, req.Revision, -1)
-		if err != nil {
-			return nil, err
-		}
-		return buildRange(req, entries, count), nil
+// seenRev is the revision the transaction writing rev has reached: rev
+// once it changed something, the one before until then.
+func (g *group) seenRev(rev int64) int64 {
+	if len(g.changes) > 0 {
+		return rev
 	}
-	keys, err := g.liveRange(req.Key, req.RangeEnd)
-	if err != nil {
-		return nil, err
-	}
-	entries := make([]entry, len(keys))
-	for i, k := range keys {
-		s := g.keys[string(k)]
-		entries[i] = entry{key: k, hdr: s.cur, value: s.value}
-	}
-	return buildRange(req, entries, len(entries)), nil
+	return rev - 1
 }
 
 func (g *group) put(p *pb.PutRequest, rev int64) (*pb.PutResponse, error) {

@@ -34,6 +34,8 @@ type request struct {
 	ctx  context.Context
 	kind requestKind
 	txn  *pb.TxnRequest
+	// single marks a Put or DeleteRange request sent as a transaction.
+	single bool
 	// lease grant/revoke
 	leaseID  int64
 	leaseTTL int64
@@ -103,7 +105,7 @@ func (b *Backend) Txn(ctx context.Context, txn *pb.TxnRequest) (*pb.TxnResponse,
 
 // Put executes an etcd Put.
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
-	resp, err := b.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: req}}}})
+	resp, err := b.single(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: req}})
 	if err != nil {
 		return nil, err
 	}
@@ -114,13 +116,22 @@ func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse,
 
 // DeleteRange executes an etcd DeleteRange.
 func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	resp, err := b.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: req}}}})
+	resp, err := b.single(ctx, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: req}})
 	if err != nil {
 		return nil, err
 	}
 	out := resp.Responses[0].GetResponseDeleteRange()
 	out.Header = resp.Header
 	return out, nil
+}
+
+// single executes one Put or DeleteRange request as a transaction of one op.
+func (b *Backend) single(ctx context.Context, op *pb.RequestOp) (*pb.TxnResponse, error) {
+	res, err := b.submit(ctx, &request{kind: reqTxn, single: true, txn: &pb.TxnRequest{Success: []*pb.RequestOp{op}}})
+	if err != nil {
+		return nil, err
+	}
+	return res.txn, nil
 }
 
 // writeLoop is the single writer. It takes the queued requests, evaluates
@@ -190,7 +201,7 @@ func (b *Backend) runGroup(reqs []*request) {
 		var err error
 		switch r.kind {
 		case reqTxn:
-			results[i].txn, err = g.txn(r.txn)
+			results[i].txn, err = g.txn(r.txn, r.single)
 		case reqLeaseGrant:
 			err = g.leaseGrant(r.leaseID, r.leaseTTL)
 		case reqLeaseRevoke:
@@ -233,11 +244,9 @@ func (b *Backend) runGroup(reqs []*request) {
 	for i, r := range reqs {
 		if live[i] && results[i].txn != nil {
 			// Header.Revision of a write is its own revision; of a
-			// read-only transaction, the revision it observed.
+			// read-only transaction, the revision it observed. The ops'
+			// headers inside were set as they executed (execPath).
 			results[i].txn.Header = &pb.ResponseHeader{Revision: results[i].rev}
-			for _, op := range results[i].txn.Responses {
-				setInnerHeader(op, results[i].rev)
-			}
 		}
 		r.done <- results[i]
 	}
@@ -249,21 +258,4 @@ var errAbortGroup = errors.New("mvcc: write group aborted")
 
 func isStorageFailure(err error) bool {
 	return errors.Is(err, errAbortGroup) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrClosed) || errors.Is(err, errBadRecord)
-}
-
-func setInnerHeader(op *pb.ResponseOp, rev int64) {
-	h := &pb.ResponseHeader{Revision: rev}
-	switch r := op.Response.(type) {
-	case *pb.ResponseOp_ResponseRange:
-		r.ResponseRange.Header = h
-	case *pb.ResponseOp_ResponsePut:
-		r.ResponsePut.Header = h
-	case *pb.ResponseOp_ResponseDeleteRange:
-		r.ResponseDeleteRange.Header = h
-	case *pb.ResponseOp_ResponseTxn:
-		r.ResponseTxn.Header = h
-		for _, in := range r.ResponseTxn.Responses {
-			setInnerHeader(in, rev)
-		}
-	}
 }
