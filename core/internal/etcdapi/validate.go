@@ -2,9 +2,7 @@ package etcdapi
 
 import (
 	"bytes"
-	"sort"
 
-	"github.com/engramkv/engram/core/internal/coder"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -96,8 +94,27 @@ func (l Limits) checkDelete(r *pb.DeleteRangeRequest) error {
 	return l.checkKey(r.Key)
 }
 
+// checkTxn validates a transaction as etcd's gRPC layer does, in its
+// order: the shape of every request first, then the duplicate-key rule of
+// each top-level branch.
 func (l Limits) checkTxn(r *pb.TxnRequest) error {
-	if len(r.Compare) > l.MaxTxnOps || len(r.Success) > l.MaxTxnOps || len(r.Failure) > l.MaxTxnOps {
+	if err := l.checkTxnOps(r, l.MaxTxnOps); err != nil {
+		return err
+	}
+	if _, _, err := checkIntervals(r.Success); err != nil {
+		return err
+	}
+	_, _, err := checkIntervals(r.Failure)
+	return err
+}
+
+// checkTxnOps bounds the widest of r's compares and branches by budget; a
+// nested transaction gets what r's widest list left of it, so nesting
+// cannot multiply the limit (etcd's rule: a Range beside a nested
+// Txn of 128 Ranges is too many).
+func (l Limits) checkTxnOps(r *pb.TxnRequest, budget int) error {
+	width := max(len(r.Compare), len(r.Success), len(r.Failure))
+	if width > budget {
 		return rpctypes.ErrGRPCTooManyOps
 	}
 	for _, c := range r.Compare {
@@ -110,21 +127,15 @@ func (l Limits) checkTxn(r *pb.TxnRequest) error {
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
-			if err := l.checkOp(op); err != nil {
+			if err := l.checkOp(op, budget-width); err != nil {
 				return err
 			}
 		}
 	}
-	if _, _, err := checkIntervals(r.Success); err != nil {
-		return err
-	}
-	if _, _, err := checkIntervals(r.Failure); err != nil {
-		return err
-	}
 	return nil
 }
 
-func (l Limits) checkOp(op *pb.RequestOp) error {
+func (l Limits) checkOp(op *pb.RequestOp, budget int) error {
 	switch r := op.Request.(type) {
 	case *pb.RequestOp_RequestRange:
 		return l.checkRange(r.RequestRange)
@@ -133,7 +144,7 @@ func (l Limits) checkOp(op *pb.RequestOp) error {
 	case *pb.RequestOp_RequestDeleteRange:
 		return l.checkDelete(r.RequestDeleteRange)
 	case *pb.RequestOp_RequestTxn:
-		return l.checkTxn(r.RequestTxn)
+		return l.checkTxnOps(r.RequestTxn, budget)
 	case nil:
 		// etcd's answer to an empty op, odd as its message is.
 		return rpctypes.ErrGRPCKeyNotFound
@@ -142,69 +153,83 @@ func (l Limits) checkOp(op *pb.RequestOp) error {
 	}
 }
 
+// interval is a deleted range as etcd's duplicate-key rule reads it: the
+// range end is taken literally, so "\x00" (which executes as "to the end
+// of the keyspace") covers nothing, and an end at or below the key covers
+// nothing either. No end means the key alone.
 type interval struct{ key, end []byte }
 
-func (iv interval) contains(k []byte) bool { return coder.InRange(k, iv.key, iv.end) }
+func (iv interval) covers(k []byte) bool {
+	if len(iv.end) == 0 {
+		return bytes.Equal(k, iv.key)
+	}
+	return bytes.Compare(iv.key, k) <= 0 && bytes.Compare(k, iv.end) < 0
+}
 
-// checkIntervals enforces etcd's rule that one branch of a transaction (with
-// its nested transactions) never writes a key twice: no key is put twice and
-// no put falls inside a deleted range.
-func checkIntervals(ops []*pb.RequestOp) ([]interval, map[string]struct{}, error) {
+func coveredBy(dels []interval, k string) bool {
+	for _, d := range dels {
+		if d.covers([]byte(k)) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkIntervals applies etcd's rule against writing a key twice in one
+// branch, returning the branch's puts and deletes for the level above. Its
+// quirks are etcd's and clients see them, so they are kept: a nested
+// transaction's puts are checked against this level's deletes and those of
+// the nested transactions before it, but not those after it; the then and
+// else branches of one nested transaction may put the same key; and a
+// delete's range end is literal (see interval).
+func checkIntervals(ops []*pb.RequestOp) (map[string]struct{}, []interval, error) {
 	var dels []interval
-	puts := map[string]struct{}{}
-	addPut := func(k string) error {
-		if _, dup := puts[k]; dup {
-			return rpctypes.ErrGRPCDuplicateKey
-		}
-		puts[k] = struct{}{}
-		return nil
-	}
 	for _, op := range ops {
-		switch r := op.Request.(type) {
-		case *pb.RequestOp_RequestPut:
-			if err := addPut(string(r.RequestPut.Key)); err != nil {
-				return nil, nil, err
-			}
-		case *pb.RequestOp_RequestDeleteRange:
-			dels = append(dels, interval{r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd})
-		case *pb.RequestOp_RequestTxn:
-			sd, sp, err := checkIntervals(r.RequestTxn.Success)
-			if err != nil {
-				return nil, nil, err
-			}
-			fd, fp, err := checkIntervals(r.RequestTxn.Failure)
-			if err != nil {
-				return nil, nil, err
-			}
-			// Only one nested branch runs, so the two may overlap each
-			// other, but neither may overlap this level.
-			both := map[string]struct{}{}
-			for k := range sp {
-				both[k] = struct{}{}
-			}
-			for k := range fp {
-				both[k] = struct{}{}
-			}
-			keys := make([]string, 0, len(both))
-			for k := range both {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			for _, k := range keys {
-				if err := addPut(k); err != nil {
-					return nil, nil, err
-				}
-			}
-			dels = append(dels, sd...)
-			dels = append(dels, fd...)
+		if d := op.GetRequestDeleteRange(); d != nil {
+			dels = append(dels, interval{d.Key, d.RangeEnd})
 		}
 	}
-	for k := range puts {
-		for _, d := range dels {
-			if d.contains([]byte(k)) {
+	puts := map[string]struct{}{}
+	for _, op := range ops {
+		nt := op.GetRequestTxn()
+		if nt == nil {
+			continue
+		}
+		thenPuts, thenDels, err := checkIntervals(nt.Success)
+		if err != nil {
+			return nil, nil, err
+		}
+		elsePuts, elseDels, err := checkIntervals(nt.Failure)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k := range thenPuts {
+			if _, dup := puts[k]; dup || coveredBy(dels, k) {
 				return nil, nil, rpctypes.ErrGRPCDuplicateKey
 			}
+			puts[k] = struct{}{}
 		}
+		for k := range elsePuts {
+			_, dup := puts[k]
+			_, inThen := thenPuts[k]
+			if dup && !inThen || coveredBy(dels, k) {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+			puts[k] = struct{}{}
+		}
+		dels = append(dels, thenDels...)
+		dels = append(dels, elseDels...)
 	}
-	return dels, puts, nil
+	for _, op := range ops {
+		p := op.GetRequestPut()
+		if p == nil {
+			continue
+		}
+		k := string(p.Key)
+		if _, dup := puts[k]; dup || coveredBy(dels, k) {
+			return nil, nil, rpctypes.ErrGRPCDuplicateKey
+		}
+		puts[k] = struct{}{}
+	}
+	return puts, dels, nil
 }

@@ -39,7 +39,15 @@ func TestCheckTxnIntervals(t *testing.T) {
 		{"duplicate put", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), put("a")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put inside delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("b")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put outside delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("c")}}, nil},
-		{"put inside from-key delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "\x00"), put("zz")}}, rpctypes.ErrGRPCDuplicateKey},
+		// etcd's rule reads a range end literally: "\x00" covers nothing.
+		{"put inside from-key delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "\x00"), put("zz")}}, nil},
+		{"put before from-key delete", &pb.TxnRequest{Success: []*pb.RequestOp{put("foo/bar"), del("foo", "\x00")}}, nil},
+		{"inverted delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("m", "c"), put("d")}}, nil},
+		{"nested then deletes what else puts", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{del("k", "")}, []*pb.RequestOp{put("k")})}}, nil},
+		{"nested put, later nested delete", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{put("k")}, nil), txn([]*pb.RequestOp{del("k", "")}, nil)}}, nil},
+		{"nested delete, later nested put", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{del("k", "")}, nil), txn([]*pb.RequestOp{put("k")}, nil)}}, rpctypes.ErrGRPCDuplicateKey},
+		{"nested delete, outer put after", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{del("k", "")}, nil), put("k")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"else put equal to an earlier nested put", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{put("k")}, nil), txn(nil, []*pb.RequestOp{put("k")})}}, rpctypes.ErrGRPCDuplicateKey},
 		{"nested branches may overlap each other", &pb.TxnRequest{Success: []*pb.RequestOp{txn([]*pb.RequestOp{put("a")}, []*pb.RequestOp{put("a")})}}, nil},
 		{"nested overlaps outer", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), txn([]*pb.RequestOp{put("a")}, nil)}}, rpctypes.ErrGRPCDuplicateKey},
 		{"nested put in outer delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "z"), txn(nil, []*pb.RequestOp{put("m")})}}, rpctypes.ErrGRPCDuplicateKey},
@@ -58,6 +66,38 @@ func TestCheckTxnIntervals(t *testing.T) {
 	}
 	if err := l.checkTxn(many); err != rpctypes.ErrGRPCTooManyOps {
 		t.Errorf("129 compares: %v", err)
+	}
+}
+
+// TestCheckTxnOpsBudget: a nested transaction may be as wide as what its
+// parent's widest list left, not the full limit.
+func TestCheckTxnOpsBudget(t *testing.T) {
+	l := Limits{MaxTxnOps: 4}.withDefaults()
+	nested := func(n int) *pb.RequestOp {
+		var ops []*pb.RequestOp
+		for i := range n {
+			ops = append(ops, put(fmt.Sprint("n", i)))
+		}
+		return txn(ops, nil)
+	}
+	for _, tc := range []struct {
+		outer, inner int
+		want         error
+	}{
+		{1, 3, rpctypes.ErrGRPCTooManyOps}, // 2 outer ops (the nested txn is one) leave 2
+		{1, 2, nil},
+		{2, 2, rpctypes.ErrGRPCTooManyOps},
+		{2, 1, nil},
+		{0, 3, nil},
+		{0, 4, rpctypes.ErrGRPCTooManyOps},
+	} {
+		ops := []*pb.RequestOp{nested(tc.inner)}
+		for i := range tc.outer {
+			ops = append(ops, put(fmt.Sprint("o", i)))
+		}
+		if err := l.checkTxn(&pb.TxnRequest{Success: ops}); fmt.Sprint(err) != fmt.Sprint(tc.want) {
+			t.Errorf("%d outer ops beside a nested txn of %d: got %v, want %v", tc.outer, tc.inner, err, tc.want)
+		}
 	}
 }
 
