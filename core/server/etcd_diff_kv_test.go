@@ -266,7 +266,8 @@ func TestDiffProgressBesideCompactedWatcher(t *testing.T) {
 // limit (item 10, a deliberate difference: etcd bounds only the request's
 // size): every request carrying the key is refused with InvalidArgument
 // naming the key's size, its size with 0x00 bytes counted twice (the
-// engines' encoding doubles them) and the limit.
+// engines' encoding doubles them) and the limit; a watch is refused the way
+// etcd refuses a watch it cannot start, under watch ID -1.
 func TestKeyOverLimitMessage(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{}).Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -318,8 +319,8 @@ func TestKeyOverLimitMessage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !r.Created || !r.Canceled || r.CancelReason != k.want {
-			t.Errorf("watch: %s, want created and canceled with %q", showWatch(r), k.want)
+		if r.WatchId != -1 || !r.Created || !r.Canceled || r.CancelReason != k.want {
+			t.Errorf("watch: %s, want watch ID -1, created and canceled with %q", showWatch(r), k.want)
 		}
 	}
 }

@@ -167,9 +167,6 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 		// etcd treats an empty key as "\x00", the smallest key.
 		cr.Key = []byte{0}
 	}
-	if err := ws.s.limits.checkKey(cr.Key); err != nil {
-		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(ws.hub.Head()), WatchId: cr.WatchId, Created: true, Canceled: true, CancelReason: status.Convert(err).Message()})
-	}
 	req := watch.Request{Key: cr.Key, End: cr.RangeEnd, StartRevision: cr.StartRevision, PrevKV: cr.PrevKv, ProgressNotify: cr.ProgressNotify}
 	for _, f := range cr.Filters {
 		switch f {
@@ -184,6 +181,12 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	// watch ID -1, and a refusal takes no ID from the stream.
 	refuse := func(reason string) error {
 		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
+	}
+	if err := ws.s.limits.checkKey(cr.Key); err != nil {
+		// Engram's own key limit (etcd has none) is refused the same
+		// way: under the client's own ID, the refusal could be taken
+		// for the end of a running watcher holding that ID.
+		return refuse(status.Convert(err).Message())
 	}
 	fromKey := len(cr.RangeEnd) == 1 && cr.RangeEnd[0] == 0
 	if len(cr.RangeEnd) != 0 && !fromKey && bytes.Compare(cr.Key, cr.RangeEnd) >= 0 {
