@@ -299,10 +299,11 @@ func (ws *watchStream) cancel(id int64) error {
 // are synced, with watch ID -1, as etcd >= 3.5.13 does.
 //
 // On a stream without watchers etcd drops the request. While a watcher a
-// compaction cancelled is still on the stream, etcd drops it too: it answers only when every watcher is in its synced
-// group, and a compacted one is in none until the client cancels it
-// (mvcc/watchable_store.go progressIfSync). A request made meanwhile is
-// never answered, even after that cancel. etcd drops a request made
+// compaction cancelled is still on the stream, etcd drops it too: it
+// answers only when every watcher is in its synced group, and a compacted
+// one is in none until the client cancels it (mvcc/watchable_store.go
+// progressIfSync). A request made meanwhile is never answered, even after
+// that cancel. etcd drops a request made
 // while any watcher is catching up too; Engram instead answers it once
 // the watchers caught up, because its watchers count as caught up only
 // once their events are sent, which under steady writes could otherwise
