@@ -1,0 +1,336 @@
+package etcddiff
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/host"
+	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/internal/proctest"
+	"github.com/engramkv/engram/plugins/badger"
+)
+
+// TestDiff sends one generated sequence to an oracle etcd 3.6 and to every
+// target at once and compares each answer and each watch stream's
+// responses. Each target is a subtest reporting its first difference (or
+// how many operations agreed); the etcd target proves that the
+// normalisation hides nothing etcd itself does not leave free.
+func TestDiff(t *testing.T) {
+	if raceEnabled {
+		// The servers under test are race-tested by their own packages;
+		// 20,000 operations through five servers under the detector
+		// would only measure its overhead. `make test` runs this package
+		// again without it.
+		t.Skip("skipped under the race detector; run without -race")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("ENGRAM_DIFF_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ENGRAM_DIFF_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	nops := 20000
+	if s := os.Getenv("ENGRAM_DIFF_OPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("ENGRAM_DIFF_OPS=%q: %v", s, err)
+		}
+		nops = v
+	}
+	skip := map[string]bool{}
+	for _, c := range strings.Split(os.Getenv("ENGRAM_DIFF_SKIP"), ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			if !contains(classes, c) {
+				t.Fatalf("ENGRAM_DIFF_SKIP: unknown class %q (classes: %s)", c, strings.Join(classes, ","))
+			}
+			skip[c] = true
+		}
+	}
+	names := []string{"etcd", "memkv", "badger", "wasm"}
+	if s := os.Getenv("ENGRAM_DIFF_TARGETS"); s != "" {
+		names = strings.Split(s, ",")
+	}
+	t.Logf("seed %d: ENGRAM_DIFF_SEED=%d reproduces this run; %d operations; targets %s; skipped classes %v",
+		seed, seed, nops, strings.Join(names, ","), skip)
+
+	etcdtest.Require(t)
+	oracle := dial(t, "etcd (oracle)", etcdtest.Start(t, etcdtest.Options{}).Endpoint)
+	var targets []*server
+	for _, n := range names {
+		targets = append(targets, startTarget(t, n))
+	}
+	start := time.Now()
+	r := &run{seed: seed, oracle: oracle, targets: targets, gen: newGen(seed, skip)}
+	r.loop(t, nops)
+	t.Logf("%d operations in %v (%d watchers from past revisions)", r.done, time.Since(start).Round(time.Millisecond), r.catchUps)
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			if tg.diff != "" {
+				t.Fatal(tg.diff)
+			}
+			t.Logf("%d operations, every answer the same as etcd's", tg.agreed)
+		})
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
+
+// startTarget starts one target server for t.
+func startTarget(t *testing.T, name string) *server {
+	t.Helper()
+	switch name {
+	case "etcd":
+		return dial(t, "etcd", etcdtest.Start(t, etcdtest.Options{}).Endpoint)
+	case "memkv":
+		return dial(t, "engram/memkv", servertest.Start(t, servertest.Options{}).Endpoint)
+	case "badger":
+		st, err := badger.Open(badger.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("badger: %v", err)
+		}
+		// Registered before the server's, so it runs after the server
+		// stopped: servertest does not close a store it was given.
+		t.Cleanup(func() { _ = st.Close() })
+		return dial(t, "engram/badger", servertest.Start(t, servertest.Options{Store: st}).Endpoint)
+	case "wasm":
+		root, err := etcdtest.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(root, "testplugins", "bin", "memkv.wasm")
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("%v: build it with `make plugins`", err)
+		}
+		// The cache `make test` fills before the tests (package
+		// warmwasm), shared with the host's tests: loading from it takes
+		// milliseconds, compiling seconds.
+		cache, err := proctest.WasmCacheDir(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		p, err := host.Load(ctx, path, host.Options{CacheDir: cache, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatalf("loading %s: %v", path, err)
+		}
+		t.Cleanup(func() { _ = p.Close(ctx) })
+		st, err := p.Open(ctx, host.StoreOptions{})
+		if err != nil {
+			t.Fatalf("opening a store on %s: %v", path, err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return dial(t, "engram/wasm-memkv", servertest.Start(t, servertest.Options{Store: st}).Endpoint)
+	}
+	t.Fatalf("ENGRAM_DIFF_TARGETS: unknown target %q (etcd, memkv, badger, wasm)", name)
+	return nil
+}
+
+// run is one generated sequence sent to the oracle and the targets.
+type run struct {
+	seed    uint64
+	oracle  *server
+	targets []*server
+	gen     *gen
+	done    int
+	// catchUps counts the syncs of watchers from past revisions, the
+	// slowest operations (etcd syncs them every 100 ms).
+	catchUps int
+	history  []string // the last operations, for failure messages
+}
+
+// historyLen is how many earlier operations a failure message shows.
+const historyLen = 10
+
+func (r *run) loop(t *testing.T, nops int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := range nops {
+		live := []*server{r.oracle}
+		for _, tg := range r.targets {
+			if tg.diff == "" {
+				live = append(live, tg)
+			}
+		}
+		if len(live) == 1 {
+			return
+		}
+		o := r.gen.next()
+		answers := make([]answer, len(live))
+		each(live, func(j int, s *server) { answers[j] = s.exec(ctx, o) })
+		r.mapGrant(o, live, answers)
+		r.gen.observe(o, answers[0].resp, answers[0].err)
+		for _, w := range answers[0].watch {
+			r.gen.observeWatch(o.stream, o, w)
+		}
+		for j, s := range live {
+			s.render(&answers[j])
+		}
+		r.compare(i, o.String(), live, answers)
+		r.remember(fmt.Sprintf("op %d: %s\n      -> %s", i, o, clip(answers[0].text, 1500)))
+
+		plan := r.gen.syncPlan(o)
+		for _, p := range plan {
+			if p.mode == syncCatchUp {
+				r.catchUps++
+			}
+			batches := make([]answer, len(live))
+			each(live, func(j int, s *server) {
+				if s.diff != "" {
+					return
+				}
+				batches[j].watch, batches[j].err = s.sync(ctx, p.stream, p.mode)
+			})
+			for _, w := range batches[0].watch {
+				r.gen.observeWatch(p.stream, o, w)
+			}
+			for j, s := range live {
+				byWatcher(batches[j].watch)
+				s.render(&batches[j])
+			}
+			what := fmt.Sprintf("watch stream %d's responses after op %d (%s)", p.stream, i, o)
+			r.compare(i, what, live, batches)
+			if len(batches[0].watch) > 0 {
+				r.remember(fmt.Sprintf("        stream %d: %s", p.stream, clip(batches[0].text, 1500)))
+			}
+		}
+		r.done = i + 1
+	}
+}
+
+// each runs f for every server at once and waits.
+func each(ss []*server, f func(int, *server)) {
+	var wg sync.WaitGroup
+	for j, s := range ss {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(j, s)
+		}()
+	}
+	wg.Wait()
+}
+
+// mapGrant records the lease IDs servers chose for a grant without an ID.
+func (r *run) mapGrant(o *op, live []*server, answers []answer) {
+	req, ok := o.build(func(id int64) int64 { return id }).(*pb.LeaseGrantRequest)
+	if !ok || req.ID != 0 {
+		return
+	}
+	want, ok := answers[0].resp.(*pb.LeaseGrantResponse)
+	if !ok || answers[0].err != nil || want.Error != "" {
+		return
+	}
+	for j, s := range live[1:] {
+		if got, ok := answers[j+1].resp.(*pb.LeaseGrantResponse); ok && answers[j+1].err == nil && got.Error == "" {
+			s.toOwn[want.ID] = got.ID
+			s.toOracle[got.ID] = want.ID
+		}
+	}
+}
+
+func (r *run) remember(s string) {
+	r.history = append(r.history, s)
+	if len(r.history) > 3*historyLen {
+		r.history = r.history[len(r.history)-3*historyLen:]
+	}
+}
+
+// compare checks every target's answer against the oracle's and records
+// the first difference of each.
+func (r *run) compare(i int, what string, live []*server, answers []answer) {
+	for j, s := range live[1:] {
+		if s.diff != "" {
+			continue
+		}
+		if same(answers[0], answers[j+1]) {
+			s.agreed = i + 1
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "seed %d, op %d: %s differs from etcd (ENGRAM_DIFF_SEED=%d reproduces)\n", r.seed, i, s.name, r.seed)
+		fmt.Fprintf(&b, "  request: %s\n", what)
+		fmt.Fprintf(&b, "  etcd:    %s%s\n", clip(answers[0].text, 6000), ttl(answers[0]))
+		fmt.Fprintf(&b, "  %-8s %s%s\n", s.name+":", clip(answers[j+1].text, 6000), ttl(answers[j+1]))
+		b.WriteString("  the operations before it, with etcd's answers:\n")
+		h := r.history
+		// Each operation may have taken a few lines (its syncs).
+		if n := len(h); n > 2*historyLen {
+			h = h[n-2*historyLen:]
+		}
+		for _, l := range h {
+			b.WriteString("    " + l + "\n")
+		}
+		s.diff = b.String()
+	}
+}
+
+func ttl(a answer) string {
+	if !a.hasTTL {
+		return ""
+	}
+	return fmt.Sprintf(" (remaining TTL %d)", a.ttl)
+}
+
+// streamSync is one stream to bring to its sync point after an operation.
+type streamSync struct {
+	stream int
+	mode   syncMode
+}
+
+// syncPlan says which watch streams to read after o, and how. Reads cause
+// no events, so only writes, lease revocations and watch requests are
+// followed by a sync. A stream is read only when etcd will answer its
+// progress request: it has an active watcher (etcd sends progress through
+// one) and none created ahead of the store's revision.
+func (g *gen) syncPlan(o *op) []streamSync {
+	var plan []streamSync
+	answerable := func(s int) bool {
+		sm := &g.streams[s]
+		return sm.open && len(sm.active) > 0 && !sm.blocked(g.rev)
+	}
+	req := o.build(func(id int64) int64 { return id })
+	switch w := req.(type) {
+	case *pb.PutRequest, *pb.DeleteRangeRequest, *pb.TxnRequest, *pb.LeaseRevokeRequest:
+		for s := range nStreams {
+			if answerable(s) {
+				plan = append(plan, streamSync{s, syncProgress})
+			}
+		}
+	case *pb.WatchRequest:
+		switch {
+		case w.GetProgressRequest() != nil:
+			if answerable(o.stream) {
+				plan = append(plan, streamSync{o.stream, syncAwait})
+			}
+		case o.catchUp:
+			if answerable(o.stream) {
+				plan = append(plan, streamSync{o.stream, syncCatchUp})
+			}
+		default:
+			if answerable(o.stream) {
+				plan = append(plan, streamSync{o.stream, syncProgress})
+			}
+		}
+	}
+	return plan
+}

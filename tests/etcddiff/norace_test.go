@@ -1,0 +1,5 @@
+//go:build !race
+
+package etcddiff
+
+const raceEnabled = false
