@@ -64,7 +64,9 @@ func (g *gen) requestOp(depth int) func(lidFunc) *pb.RequestOp {
 			// A read at an explicit revision among the writes.
 			r.Revision = g.revision()
 		}
-		return func(lidFunc) *pb.RequestOp { return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}} }
+		return func(lidFunc) *pb.RequestOp {
+			return &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: r}}
+		}
 	case n < 6:
 		b := g.putReq()
 		return func(lid lidFunc) *pb.RequestOp {
@@ -80,7 +82,9 @@ func (g *gen) requestOp(depth int) func(lidFunc) *pb.RequestOp {
 			return g.requestOp(depth)
 		}
 		b := g.txnReq(depth + 1)
-		return func(lid lidFunc) *pb.RequestOp { return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: b(lid)}} }
+		return func(lid lidFunc) *pb.RequestOp {
+			return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: b(lid)}}
+		}
 	}
 }
 
