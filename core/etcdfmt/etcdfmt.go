@@ -23,7 +23,7 @@
 //
 // # Bucket value
 //
-// A marshalled mvccpb.KeyValue. A tombstone's value holds only the key.
+// A marshalled mvccpb.KeyValue (type KeyValue). A tombstone's value holds only the key.
 //
 // It is public because package snapshot's API is in its types, and because a
 // tool that reads etcd's files needs nothing else of Engram.
@@ -36,7 +36,6 @@ import (
 	"hash"
 	"hash/crc32"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -111,7 +110,7 @@ type Entry struct {
 	Tombstone bool
 	// KV is the version. For a tombstone only Key is meaningful; ModRevision
 	// is Rev.Main for convenience but is not written.
-	KV mvccpb.KeyValue
+	KV KeyValue
 	// Latest is export metadata, not part of etcd's format: the row is its
 	// key's latest version in the export. A latest row that is not a
 	// tombstone is in etcd's HashKV "keep" set (see Hashed).
@@ -126,17 +125,10 @@ func (e *Entry) BucketKey() []byte {
 // BucketValue returns e's bucket value: the marshalled KeyValue, or for a
 // tombstone a KeyValue holding only the key (as etcd writes it).
 func (e *Entry) BucketValue() []byte {
-	kv := e.KV
 	if e.Tombstone {
-		kv = mvccpb.KeyValue{Key: e.KV.Key}
+		return (&KeyValue{Key: e.KV.Key}).Marshal()
 	}
-	b, err := kv.Marshal()
-	if err != nil {
-		// gogo's generated Marshal only fails on a size mismatch, which
-		// a plain struct cannot produce.
-		panic(fmt.Sprintf("etcdfmt: marshal KeyValue: %v", err))
-	}
-	return b
+	return e.KV.Marshal()
 }
 
 // DecodeEntry decodes one key-bucket row. A tombstone's KV gets
@@ -154,7 +146,7 @@ func DecodeEntry(k, v []byte) (Entry, error) {
 		return Entry{}, fmt.Errorf("%w: value at revision %d/%d has no key", ErrMalformed, r.Main, r.Sub)
 	}
 	if tomb {
-		e.KV = mvccpb.KeyValue{Key: e.KV.Key, ModRevision: r.Main}
+		e.KV = KeyValue{Key: e.KV.Key, ModRevision: r.Main}
 	} else if e.KV.ModRevision != r.Main {
 		return Entry{}, fmt.Errorf("%w: value at revision %d/%d says mod_revision %d", ErrMalformed, r.Main, r.Sub, e.KV.ModRevision)
 	}

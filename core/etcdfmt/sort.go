@@ -349,10 +349,10 @@ func appendSortRecord(dst []byte, e *Entry) []byte {
 	b = binary.AppendVarint(b, e.KV.Version)
 	b = binary.AppendVarint(b, e.KV.Lease)
 	n := len(b) + uvarintLen(len(e.KV.Key)) + len(e.KV.Key) + uvarintLen(len(e.KV.Value)) + len(e.KV.Value) +
-		uvarintLen(len(e.KV.XXX_unrecognized)) + len(e.KV.XXX_unrecognized)
+		uvarintLen(len(e.KV.Unknown)) + len(e.KV.Unknown)
 	dst = binary.AppendUvarint(dst, uint64(n))
 	dst = append(dst, b...)
-	for _, f := range [...][]byte{e.KV.Key, e.KV.Value, e.KV.XXX_unrecognized} {
+	for _, f := range [...][]byte{e.KV.Key, e.KV.Value, e.KV.Unknown} {
 		dst = binary.AppendUvarint(dst, uint64(len(f)))
 		dst = append(dst, f...)
 	}
@@ -409,7 +409,7 @@ func decodeSortRecord(b []byte, e *Entry) error {
 		Tombstone: flags&flagTombstone != 0,
 		Latest:    flags&flagLatest != 0,
 	}
-	e.KV.Key, e.KV.Value, e.KV.XXX_unrecognized = f[0], f[1], f[2]
+	e.KV.Key, e.KV.Value, e.KV.Unknown = f[0], f[1], f[2]
 	e.KV.CreateRevision, e.KV.ModRevision, e.KV.Version, e.KV.Lease = s[0], s[1], s[2], s[3]
 	return nil
 }

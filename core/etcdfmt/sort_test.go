@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"go.etcd.io/etcd/api/v3/mvccpb"
 )
 
 // randomEntries returns n entries with revisions 1..n/2 (sub 0 or 1) in
@@ -196,7 +194,7 @@ func TestSorterContext(t *testing.T) {
 	}
 }
 
-func keyValue(k string, rev int64) (kv mvccpb.KeyValue) {
+func keyValue(k string, rev int64) (kv KeyValue) {
 	kv.Key, kv.ModRevision, kv.CreateRevision, kv.Version = []byte(k), rev, rev, 1
 	return kv
 }
@@ -218,7 +216,7 @@ func BenchmarkSorter(b *testing.B) {
 		for i := range n {
 			rev := int64(n - i)
 			key = strconv.AppendInt(append(key[:0], "/registry/pods/default/pod-"...), rev, 10)
-			e = Entry{Rev: Revision{Main: rev}, Latest: true, KV: mvccpb.KeyValue{Key: key, Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}}
+			e = Entry{Rev: Revision{Main: rev}, Latest: true, KV: KeyValue{Key: key, Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}}
 			if err := s.Add(&e); err != nil {
 				b.Fatal(err)
 			}

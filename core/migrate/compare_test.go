@@ -17,21 +17,20 @@ import (
 // event is a watch event as both sides must deliver it.
 type event struct {
 	typ  mvccpb.Event_EventType
-	kv   mvccpb.KeyValue
+	kv   *mvccpb.KeyValue
 	prev *mvccpb.KeyValue
 }
 
 func toEvent(ev *clientv3.Event) event {
 	e := event{typ: ev.Type, kv: kvCopy(ev.Kv)}
 	if ev.PrevKv != nil {
-		p := kvCopy(ev.PrevKv)
-		e.prev = &p
+		e.prev = kvCopy(ev.PrevKv)
 	}
 	return e
 }
 
-func kvCopy(kv *mvccpb.KeyValue) mvccpb.KeyValue {
-	return mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: kv.Value, Lease: kv.Lease}
+func kvCopy(kv *mvccpb.KeyValue) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision, Version: kv.Version, Value: kv.Value, Lease: kv.Lease}
 }
 
 func kvString(kv *mvccpb.KeyValue) string {
@@ -42,7 +41,7 @@ func kvString(kv *mvccpb.KeyValue) string {
 }
 
 func (e event) String() string {
-	return fmt.Sprintf("%s %s prev %s", e.typ, kvString(&e.kv), kvString(e.prev))
+	return fmt.Sprintf("%s %s prev %s", e.typ, kvString(e.kv), kvString(e.prev))
 }
 
 func (e event) rev() int64 { return e.kv.ModRevision }

@@ -157,9 +157,9 @@ func (m *migration) apply(ctx context.Context, resp clientv3.WatchResponse) erro
 		sub++
 		if ev.Type == mvccpb.DELETE {
 			row.Tombstone = true
-			row.KV = mvccpb.KeyValue{Key: ev.Kv.Key, ModRevision: ev.Kv.ModRevision}
+			row.KV = etcdfmt.KeyValue{Key: ev.Kv.Key, ModRevision: ev.Kv.ModRevision}
 		} else {
-			row.KV = *ev.Kv
+			row.KV = etcdfmt.KeyValueOf(ev.Kv)
 			if l := ev.Kv.Lease; l != 0 && !m.im.HasLease(l) {
 				if err := m.fetchLease(ctx, l); err != nil {
 					return err

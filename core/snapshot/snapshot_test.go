@@ -14,7 +14,6 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/engramkv/engram/core/etcdfmt"
 )
@@ -168,7 +167,7 @@ func TestWriteLatestOnly(t *testing.T) {
 	}
 }
 
-func kv(key string, create, mod, version int64, value string) (m mvccpb.KeyValue) {
+func kv(key string, create, mod, version int64, value string) (m etcdfmt.KeyValue) {
 	m.Key, m.CreateRevision, m.ModRevision, m.Version, m.Value = []byte(key), create, mod, version, []byte(value)
 	return m
 }
@@ -432,7 +431,7 @@ func BenchmarkWrite(b *testing.B) {
 			for i := range n {
 				rev := int64(i + 2)
 				key = strconv.AppendInt(append(key[:0], "/registry/pods/default/pod-"...), rev, 10)
-				e = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: rev}, KV: mvccpb.KeyValue{Key: key, Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}}
+				e = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: rev}, KV: etcdfmt.KeyValue{Key: key, Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}}
 				if err := yield(&e); err != nil {
 					return err
 				}

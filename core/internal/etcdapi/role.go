@@ -88,7 +88,7 @@ var noLeader = rpctypes.ErrGRPCNoLeader
 //
 // See DESIGN.md, "Cluster roles and forwarding".
 func forward[Client, Req, Resp any](ctx context.Context, role *Role,
-	newClient func(*grpc.ClientConn) Client,
+	newClient func(grpc.ClientConnInterface) Client,
 	call func(Client, context.Context, Req, ...grpc.CallOption) (Resp, error),
 	r Req) (Resp, error) {
 	if role.Leader == nil {
@@ -161,7 +161,7 @@ func forwardStream[Client any, Up interface {
 	Recv() (*Resp, error)
 	CloseSend() error
 }, Req, Resp any](ctx context.Context, role *Role,
-	newClient func(*grpc.ClientConn) Client,
+	newClient func(grpc.ClientConnInterface) Client,
 	open func(Client, context.Context, ...grpc.CallOption) (Up, error),
 	recv func() (*Req, error), send func(*Resp) error) error {
 	ctx, cancel := context.WithCancel(ctx)

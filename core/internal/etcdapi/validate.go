@@ -7,6 +7,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Limits bound what a request may carry.
@@ -42,11 +43,8 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// sizer is implemented by etcd's gogo-generated messages.
-type sizer interface{ Size() int }
-
-func (l Limits) checkSize(m sizer) error {
-	if m.Size() > l.MaxRequestBytes {
+func (l Limits) checkSize(m proto.Message) error {
+	if proto.Size(m) > l.MaxRequestBytes {
 		return rpctypes.ErrGRPCRequestTooLarge
 	}
 	return nil

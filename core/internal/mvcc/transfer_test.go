@@ -257,7 +257,7 @@ func TestImportRefusesAndGuards(t *testing.T) {
 		t.Fatal(err)
 	}
 	row := etcdfmt.Entry{Rev: etcdfmt.Revision{Main: 2}}
-	row.KV = mvccpb.KeyValue{Key: []byte("k"), CreateRevision: 2, ModRevision: 2, Version: 1, Value: []byte("v")}
+	row.KV = etcdfmt.KeyValue{Key: []byte("k"), CreateRevision: 2, ModRevision: 2, Version: 1, Value: []byte("v")}
 	if err := im.Add(ctx, &row); err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +411,7 @@ func TestExportConsistentUnderWrites(t *testing.T) {
 			if _, dup := rows[e.Rev]; dup {
 				t.Fatalf("revision %d/%d exported twice", e.Rev.Main, e.Rev.Sub)
 			}
-			rows[e.Rev] = fmt.Sprintf("%q %v %v", e.KV.Key, e.Tombstone, e.KV.String())
+			rows[e.Rev] = fmt.Sprintf("%q %v %v", e.KV.Key, e.Tombstone, e.KV.Proto().String())
 			return nil
 		})
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/engramkv/engram/core/kv"
 )
@@ -60,7 +61,7 @@ func (r *request) size() int {
 	if r.txn == nil {
 		return 64
 	}
-	return 2 * r.txn.Size()
+	return 2 * proto.Size(r.txn)
 }
 
 // exclusive requests are committed in a group of their own, so that the
