@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -212,6 +213,8 @@ func TestDiffWatchCreateRefusals(t *testing.T) {
 		{"range end below the key", &pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("a")}},
 		{"range end equal to the key", &pb.WatchCreateRequest{Key: []byte("b"), RangeEnd: []byte("b")}},
 		{"negative start revision", &pb.WatchCreateRequest{Key: []byte("a"), StartRevision: -5}},
+		{"negative start on an empty range (the start is judged first)", &pb.WatchCreateRequest{Key: []byte("foo"), RangeEnd: []byte("foo"), StartRevision: -1}},
+		{"negative start on an over-long key", &pb.WatchCreateRequest{Key: bytes.Repeat([]byte("k"), 40000), StartRevision: -1}},
 		{"auto ID after refusals", &pb.WatchCreateRequest{Key: []byte("a")}},
 		{"explicit ID", &pb.WatchCreateRequest{Key: []byte("a"), WatchId: 77}},
 		{"duplicate explicit ID", &pb.WatchCreateRequest{Key: []byte("b"), WatchId: 77}},

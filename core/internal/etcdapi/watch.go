@@ -182,6 +182,11 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	refuse := func(reason string) error {
 		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: -1, Created: true, Canceled: true, CancelReason: reason})
 	}
+	// etcd judges a negative start revision before anything else about
+	// the request.
+	if req.StartRevision < 0 {
+		return refuse(rpctypes.ErrCompacted.Error())
+	}
 	if err := ws.s.limits.checkKey(cr.Key); err != nil {
 		// Engram's own key limit (etcd has none) is refused the same
 		// way: under the client's own ID, the refusal could be taken
@@ -191,9 +196,6 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	fromKey := len(cr.RangeEnd) == 1 && cr.RangeEnd[0] == 0
 	if len(cr.RangeEnd) != 0 && !fromKey && bytes.Compare(cr.Key, cr.RangeEnd) >= 0 {
 		return refuse("mvcc: watcher range is empty")
-	}
-	if req.StartRevision < 0 {
-		return refuse(rpctypes.ErrCompacted.Error())
 	}
 	if req.StartRevision == 0 {
 		req.StartRevision = head + 1
