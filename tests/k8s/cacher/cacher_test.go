@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"k8s.io/apimachinery/pkg/util/version"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage/etcd3"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -104,6 +104,40 @@ func TestDeleteWithConflict(t *testing.T) {
 	storagetesting.RunTestDeleteWithConflict(e.ctx, t, e.delegator)
 }
 
+// The delete tests for objects the store cannot read (the
+// AllowUnsafeMalformedObjectDeletion path), through the cache as upstream
+// runs them.
+
+func TestDeleteWithConflictAndMissingExpectedTransformOrDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	opt, setFailing := failingTransformer()
+	e := setup(t, opt)
+	storagetesting.RunTestDeleteWithConflictAndMissingExpectedTransformOrDecodeError(e.ctx, t, e.delegator, setFailing)
+}
+
+func TestDeleteWithConflictAndExpectedTransformError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	opt, setFailing := failingTransformer()
+	e := setup(t, opt)
+	storagetesting.RunTestDeleteExpectedTransformOrDecodeError(e.ctx, t, e.delegator, setFailing)
+}
+
+func TestDeleteWithConflictAndExpectedDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	// The watcher treats a decode error as a test bug and fails the test
+	// unless told that this one is deliberate.
+	etcd3.TestOnlySetFatalOnDecodeError(t, false)
+	opt, setFailing := failingCodec()
+	e := setup(t, opt)
+	storagetesting.RunTestDeleteExpectedTransformOrDecodeError(e.ctx, t, e.delegator, setFailing)
+}
+
+func TestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	e := setup(t)
+	storagetesting.RunTestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(e.ctx, t, e.delegator)
+}
+
 func TestPreconditionalDeleteWithSuggestion(t *testing.T) {
 	e := setup(t)
 	storagetesting.RunTestPreconditionalDeleteWithSuggestion(e.ctx, t, e.delegator)
@@ -119,36 +153,30 @@ func TestListPaging(t *testing.T) {
 	storagetesting.RunTestListPaging(e.ctx, t, e.delegator)
 }
 
-// TestLists runs the LIST tests under each combination of consistent reads
-// from cache (RequestWatchProgress) and cache snapshots, as upstream does.
+// TestLists runs the LIST tests with and without cache snapshots, as
+// upstream does. (ConsistentListFromCache is GA in 1.37 and its gate is
+// gone, so consistent reads from the cache are always on.)
 func TestLists(t *testing.T) {
-	for _, consistentRead := range []bool{true, false} {
-		for _, snapshots := range []bool{true, false} {
-			t.Run(fmt.Sprintf("ConsistentListFromCache=%v,ListFromCacheSnapshot=%v", consistentRead, snapshots), func(t *testing.T) {
-				featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, snapshots)
-				if !consistentRead {
-					// ConsistentListFromCache is locked on since 1.34.
-					featuregatetesting.SetFeatureGateEmulationVersionDuringTest(t, utilfeature.DefaultFeatureGate, version.MustParse("1.33"))
-					featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ConsistentListFromCache, false)
-				}
-				t.Run("List", func(t *testing.T) {
-					t.Parallel()
-					e := setup(t)
-					storagetesting.RunTestList(e.ctx, t, e.delegator, e.compaction(), true,
-						e.client.Kubernetes.(*storagetesting.KubernetesRecorder))
-				})
-				t.Run("ConsistentList", func(t *testing.T) {
-					t.Parallel()
-					e := setup(t)
-					storagetesting.RunTestConsistentList(e.ctx, t, e.delegator, e.increaseRV(), true, consistentRead, snapshots)
-				})
-				t.Run("GetListNonRecursive", func(t *testing.T) {
-					t.Parallel()
-					e := setup(t)
-					storagetesting.RunTestGetListNonRecursive(e.ctx, t, e.increaseRV(), e.delegator)
-				})
+	for _, snapshots := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ListFromCacheSnapshot=%v", snapshots), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.ListFromCacheSnapshot, snapshots)
+			t.Run("List", func(t *testing.T) {
+				t.Parallel()
+				e := setup(t)
+				storagetesting.RunTestList(e.ctx, t, e.delegator, e.compaction(), true,
+					e.client.Kubernetes.(*storagetesting.KubernetesRecorder))
 			})
-		}
+			t.Run("ConsistentList", func(t *testing.T) {
+				t.Parallel()
+				e := setup(t)
+				storagetesting.RunTestConsistentList(e.ctx, t, e.delegator, e.increaseRV(), true, true, snapshots)
+			})
+			t.Run("GetListNonRecursive", func(t *testing.T) {
+				t.Parallel()
+				e := setup(t)
+				storagetesting.RunTestGetListNonRecursive(e.ctx, t, e.increaseRV(), e.delegator)
+			})
+		})
 	}
 }
 

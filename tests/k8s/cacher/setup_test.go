@@ -2,7 +2,9 @@ package cacher
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientfeatures "k8s.io/client-go/features"
@@ -49,12 +52,53 @@ type env struct {
 }
 
 type options struct {
+	transformer  value.Transformer
+	codec        runtime.Codec
 	keyFunc      func(runtime.Object) (string, error)
 	indexerFuncs storage.IndexerFuncs
 	indexers     cache.Indexers
 }
 
 type option func(*options)
+
+func TestMain(m *testing.M) { fixture.Main(m) }
+
+// failingReads is the store's transformer and codec for the tests of objects
+// the store cannot read: while fail is set, every read (transform or
+// decode, whichever the test chose) fails.
+type failingReads struct {
+	value.Transformer
+	runtime.Codec
+	fail atomic.Bool
+}
+
+func (f *failingReads) setFailing(on bool) { f.fail.Store(on) }
+
+func (f *failingReads) TransformFromStorage(ctx context.Context, data []byte, dataCtx value.Context) ([]byte, bool, error) {
+	if f.fail.Load() {
+		return nil, false, errors.New("untransformable (test)")
+	}
+	return f.Transformer.TransformFromStorage(ctx, data, dataCtx)
+}
+
+func (f *failingReads) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if f.fail.Load() {
+		return nil, nil, errors.New("undecodable (test)")
+	}
+	return f.Codec.Decode(data, defaults, into)
+}
+
+// failingTransformer gives the store a transformer whose reads fail on demand.
+func failingTransformer() (option, func(bool)) {
+	f := &failingReads{Transformer: identity.NewEncryptCheckTransformer()}
+	return func(o *options) { o.transformer = f }, f.setFailing
+}
+
+// failingCodec gives the store a codec whose decodes fail on demand.
+func failingCodec() (option, func(bool)) {
+	f := &failingReads{Codec: apitesting.TestCodec(fixture.Codecs, examplev1.SchemeGroupVersion)}
+	return func(o *options) { o.codec = f }, f.setFailing
+}
 
 // clusterScoped stores pods without a namespace in the key.
 func clusterScoped(o *options) {
@@ -102,20 +146,22 @@ func podAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
 func setup(t testing.TB, opts ...option) *env {
 	t.Helper()
 	o := options{
-		keyFunc: func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(resourcePrefix, obj) },
+		transformer: identity.NewEncryptCheckTransformer(),
+		codec:       apitesting.TestCodec(fixture.Codecs, examplev1.SchemeGroupVersion),
+		keyFunc:     func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(resourcePrefix, obj) },
 	}
 	for _, opt := range opts {
 		opt(&o)
 	}
 
 	client := backend.Client(t)
-	codec := apitesting.TestCodec(fixture.Codecs, examplev1.SchemeGroupVersion)
+	codec := o.codec
 	versioner := storage.APIObjectVersioner{}
 	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)
 	etcdStore, err := etcd3.New(client, compactor, codec, fixture.NewPod, fixture.NewPodList,
 		etcdPrefix, resourcePrefix, schema.GroupResource{Resource: "pods"},
-		identity.NewEncryptCheckTransformer(), etcd3.NewDefaultLeaseManagerConfig(),
+		o.transformer, etcd3.NewDefaultLeaseManagerConfig(),
 		etcd3.NewDefaultDecoder(codec, versioner), versioner)
 	if err != nil {
 		t.Fatal(err)

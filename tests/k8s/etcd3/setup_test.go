@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -25,6 +26,8 @@ import (
 	"github.com/engramkv/engram/tests/k8s/internal/fixture"
 )
 
+func TestMain(m *testing.M) { fixture.Main(m) }
+
 // valuePrefix is what the test transformer prepends to every stored value;
 // the suite checks that values in the server carry it.
 const valuePrefix = "test!"
@@ -34,15 +37,20 @@ type env struct {
 	ctx    context.Context
 	store  storage.Interface
 	client *kubernetes.Client
-	codec  runtime.Codec
+	// rpcs records the Range and RangeStream RPCs the client sent.
+	rpcs  *backend.RangeRPCs
+	codec *failingCodec
 	// prefixTransformer is the test transformer the store was built with
 	// (it counts reads); transformer is what the store actually calls and
 	// lets tests swap in a modified or failing one.
 	prefixTransformer *storagetesting.PrefixTransformer
 	transformer       *swappableTransformer
+	// failReads makes every read of the transformer fail while set.
+	failReads atomic.Bool
 }
 
 type options struct {
+	endpoint       string // a running server to use instead of a fresh one
 	prefix         string
 	resourcePrefix string
 	leaseConfig    etcd3.LeaseManagerConfig
@@ -50,6 +58,7 @@ type options struct {
 
 type option func(*options)
 
+func withEndpoint(ep string) option      { return func(o *options) { o.endpoint = ep } }
 func withPrefix(p string) option         { return func(o *options) { o.prefix = p } }
 func withResourcePrefix(p string) option { return func(o *options) { o.resourcePrefix = p } }
 
@@ -68,30 +77,49 @@ func setup(t testing.TB, opts ...option) *env {
 		opt(&o)
 	}
 
-	client := backend.Client(t)
-	codec := apitesting.TestCodec(fixture.Codecs, examplev1.SchemeGroupVersion)
+	fixture.FreshFeatureSupport(t)
+	var client *kubernetes.Client
+	var rpcs *backend.RangeRPCs
+	if o.endpoint != "" {
+		client, rpcs = backend.Dial(t, o.endpoint)
+	} else {
+		client, rpcs = backend.ClientRecordingRanges(t)
+	}
+	codec := &failingCodec{Codec: apitesting.TestCodec(fixture.Codecs, examplev1.SchemeGroupVersion)}
 	pt := storagetesting.NewPrefixTransformer([]byte(valuePrefix), false)
-	tr := &swappableTransformer{current: pt}
+	e := &env{ctx: context.Background(), client: client, rpcs: rpcs, codec: codec, prefixTransformer: pt}
+	e.transformer = &swappableTransformer{current: pt, fail: &e.failReads}
 	versioner := storage.APIObjectVersioner{}
 
 	compactor := etcd3.NewCompactor(client.Client, 0, clock.RealClock{}, nil)
 	t.Cleanup(compactor.Stop)
 	s, err := etcd3.New(client, compactor, codec, fixture.NewPod, fixture.NewPodList,
-		o.prefix, o.resourcePrefix, schema.GroupResource{Resource: "pods"}, tr,
+		o.prefix, o.resourcePrefix, schema.GroupResource{Resource: "pods"}, e.transformer,
 		o.leaseConfig, etcd3.NewDefaultDecoder(codec, versioner), versioner)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-	return &env{
-		ctx:               context.Background(),
-		store:             s,
-		client:            client,
-		codec:             codec,
-		prefixTransformer: pt,
-		transformer:       tr,
-	}
+	e.store = s
+	return e
 }
+
+// failingCodec is the store's codec; while fail is set every Decode fails,
+// as for an object stored in a form the apiserver cannot read.
+type failingCodec struct {
+	runtime.Codec
+	fail atomic.Bool
+}
+
+func (c *failingCodec) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	if c.fail.Load() {
+		return nil, nil, errors.New("undecodable (test)")
+	}
+	return c.Codec.Decode(data, defaults, into)
+}
+
+func (c *failingCodec) setFailing(on bool) { c.fail.Store(on) }
+func (e *env) setReadsFailing(on bool)     { e.failReads.Store(on) }
 
 // swappableTransformer is the transformer handed to etcd3.New. The store and
 // its watcher both call it, so replacing the transformer it delegates to
@@ -99,6 +127,7 @@ func setup(t testing.TB, opts ...option) *env {
 type swappableTransformer struct {
 	mu      sync.RWMutex
 	current value.Transformer
+	fail    *atomic.Bool // every read fails while set
 }
 
 func (s *swappableTransformer) get() value.Transformer {
@@ -121,6 +150,9 @@ func (s *swappableTransformer) swap(next value.Transformer) (restore func()) {
 }
 
 func (s *swappableTransformer) TransformFromStorage(ctx context.Context, data []byte, dataCtx value.Context) ([]byte, bool, error) {
+	if s.fail.Load() {
+		return nil, false, errors.New("untransformable (test)")
+	}
 	return s.get().TransformFromStorage(ctx, data, dataCtx)
 }
 
@@ -144,22 +176,39 @@ func (s *prefixTransformerStore) UpdatePrefixTransformer(modify storagetesting.P
 	return s.e.transformer.swap(modify(&cp))
 }
 
-// corruptTransformerStore implements storagetesting.InterfaceWithCorruptTransformer.
-type corruptTransformerStore struct {
+// transformerOverrideStore implements storagetesting.InterfaceWithTransformerOverride.
+type transformerOverrideStore struct {
 	storage.Interface
 	e *env
 }
 
-func (e *env) withCorruptTransformer() *corruptTransformerStore {
-	return &corruptTransformerStore{Interface: e.store, e: e}
+// withTransformerOverride is the store, or unsafe (the store wrapped for
+// AllowUnsafeMalformedObjectDeletion) when given, whose transformer the
+// suite may replace.
+func (e *env) withTransformerOverride(unsafe ...storage.Interface) *transformerOverrideStore {
+	s := e.store
+	if len(unsafe) > 0 {
+		s = unsafe[0]
+	}
+	return &transformerOverrideStore{Interface: s, e: e}
 }
 
-// CorruptTransformer makes every read fail the way undecryptable data does:
-// the error is wrapped by the etcd3 package's own corrupt-object marker, so
-// the unsafe-deletion path recognises it. Writes still go through.
-func (s *corruptTransformerStore) CorruptTransformer() func() {
-	prev := s.e.transformer.get()
-	return s.e.transformer.swap(etcd3.WithCorruptObjErrorHandlingTransformer(unreadableTransformer{prev}))
+func (s *transformerOverrideStore) UpdateTransformer(modify storagetesting.TransformerModifier) func() {
+	return s.e.transformer.swap(modify(s.e.transformer.get()))
+}
+
+// corruptObjectError is the error the etcd3 store gives for data it cannot
+// transform, which it treats as a corrupt object (candidate for unsafe
+// deletion, aggregated in lists). The type is unexported; the exported
+// corrupt-object transformer wrapper makes one from a failed read.
+func corruptObjectError(t testing.TB) error {
+	t.Helper()
+	_, _, err := etcd3.WithCorruptObjErrorHandlingTransformer(unreadableTransformer{}).
+		TransformFromStorage(context.Background(), nil, value.DefaultContext(""))
+	if err == nil {
+		t.Fatal("the corrupt-object transformer wrapper passed a failed read")
+	}
+	return err
 }
 
 type unreadableTransformer struct{ value.Transformer }

@@ -6,8 +6,10 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/storage/etcd3"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
@@ -70,8 +72,9 @@ func (e *env) requestCounts() storagetesting.CallsValidation {
 				want++
 			}
 		}
-		if got := recorder.GetReadsAndReset(); got != want {
-			t.Fatalf("Range requests: %d, want %d", got, want)
+		// A streamed list is one GetStream however many chunks it takes.
+		if got := recorder.GetReadsAndReset() + recorder.GetStreamReadsAndReset(); got != want {
+			t.Fatalf("Range and RangeStream requests: %d, want %d", got, want)
 		}
 	}
 }
@@ -136,6 +139,34 @@ func TestDeleteWithConflict(t *testing.T) {
 	storagetesting.RunTestDeleteWithConflict(e.ctx, t, e.store)
 }
 
+// The delete tests for objects the store cannot read (the
+// AllowUnsafeMalformedObjectDeletion path): the suite switches the store's
+// transformer or codec to failing and back.
+
+func TestDeleteWithConflictAndMissingExpectedTransformOrDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	e := setup(t)
+	storagetesting.RunTestDeleteWithConflictAndMissingExpectedTransformOrDecodeError(e.ctx, t, e.store, e.codec.setFailing)
+}
+
+func TestDeleteWithConflictAndExpectedTransformError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	e := setup(t)
+	storagetesting.RunTestDeleteExpectedTransformOrDecodeError(e.ctx, t, e.store, e.setReadsFailing)
+}
+
+func TestDeleteWithConflictAndExpectedDecodeError(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	e := setup(t)
+	storagetesting.RunTestDeleteExpectedTransformOrDecodeError(e.ctx, t, e.store, e.codec.setFailing)
+}
+
+func TestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeFailure(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	e := setup(t)
+	storagetesting.RunTestDeleteWithSuggestionAndMissingExpectedTransformOrDecodeError(e.ctx, t, e.store)
+}
+
 func TestPreconditionalDeleteWithSuggestion(t *testing.T) {
 	e := setup(t)
 	storagetesting.RunTestPreconditionalDeleteWithSuggestion(e.ctx, t, e.store)
@@ -164,6 +195,23 @@ func TestGetListRecursivePrefix(t *testing.T) {
 func TestKeySchema(t *testing.T) {
 	e := setup(t)
 	storagetesting.RunTestKeySchema(e.ctx, t, e.store)
+}
+
+// A list over objects some of which cannot be read: with
+// AllowUnsafeMalformedObjectDeletion the store (the store kube-apiserver
+// builds then: wrapped for unsafe deletion) gathers the corrupt ones into one
+// error; without it the first one ends the list.
+func TestGetListWithErrorAggregation(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+	e := setup(t)
+	unsafe := etcd3.NewStoreWithUnsafeCorruptObjectDeletion(e.store, schema.GroupResource{Resource: "pods"})
+	storagetesting.RunTestGetListWithErrorAggregation(e.ctx, t, e.withTransformerOverride(unsafe), corruptObjectError(t))
+}
+
+func TestGetListWithoutErrorAggregation(t *testing.T) {
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, false)
+	e := setup(t)
+	storagetesting.RunTestGetListWithoutErrorAggregation(e.ctx, t, e.withTransformerOverride(), corruptObjectError(t))
 }
 
 func TestGuaranteedUpdate(t *testing.T) {
@@ -196,16 +244,31 @@ func TestTransformationFailure(t *testing.T) {
 	storagetesting.RunTestTransformationFailure(e.ctx, t, e.withPrefixTransformer())
 }
 
+// TestList and TestConsistentList run with EtcdRangeStream on and off, as
+// upstream runs them: on, every recursive list is one RangeStream, and
+// checkStreamed makes sure the server really served them so.
 func TestList(t *testing.T) {
-	e := setup(t)
-	storagetesting.RunTestList(e.ctx, t, e.store, e.compaction(), false,
-		e.client.Kubernetes.(*storagetesting.KubernetesRecorder))
+	for _, rangeStream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rangeStream=%v", rangeStream), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EtcdRangeStream, rangeStream)
+			e := setup(t)
+			storagetesting.RunTestList(e.ctx, t, e.store, e.compaction(), false,
+				e.client.Kubernetes.(*storagetesting.KubernetesRecorder))
+			e.checkStreamed(t, rangeStream)
+		})
+	}
 }
 
 func TestConsistentList(t *testing.T) {
-	e := setup(t)
-	// No watch cache; the server supports consistent reads; no cache snapshots.
-	storagetesting.RunTestConsistentList(e.ctx, t, e.store, e.increaseRV(), false, true, false)
+	for _, rangeStream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("rangeStream=%v", rangeStream), func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EtcdRangeStream, rangeStream)
+			e := setup(t)
+			// No watch cache; the server supports consistent reads; no cache snapshots.
+			storagetesting.RunTestConsistentList(e.ctx, t, e.store, e.increaseRV(), false, true, false)
+			e.checkStreamed(t, rangeStream)
+		})
+	}
 }
 
 func TestCompactRevision(t *testing.T) {

@@ -47,24 +47,36 @@ func Name() string { return backendName }
 // tests use to count the requests the store sends.
 func Client(t testing.TB) *kubernetes.Client {
 	t.Helper()
+	c, _ := ClientRecordingRanges(t)
+	return c
+}
+
+// ClientRecordingRanges is Client that also returns the record of the Range
+// and RangeStream RPCs the client sends.
+func ClientRecordingRanges(t testing.TB) (*kubernetes.Client, *RangeRPCs) {
+	t.Helper()
 	return Dial(t, startServer(t))
 }
 
 // Dial connects to endpoint ("host:port" or "unix:///path") and closes the
 // client on t.Cleanup.
-func Dial(t testing.TB, endpoint string) *kubernetes.Client {
+func Dial(t testing.TB, endpoint string) (*kubernetes.Client, *RangeRPCs) {
 	t.Helper()
+	rpcs := &RangeRPCs{}
 	c, err := kubernetes.New(clientv3.Config{
 		Endpoints:   []string{endpoint},
 		DialTimeout: 10 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithBlock()},
+		DialOptions: append([]grpc.DialOption{grpc.WithBlock()}, rpcs.dialOptions()...),
 		Logger:      zaptest.NewLogger(t, zaptest.Level(zapcore.ErrorLevel)).Named("etcd-client"),
 	})
 	if err != nil {
 		t.Fatalf("dialing %s: %v", endpoint, err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	c.KV = storagetesting.NewKVRecorder(c.KV)
-	c.Kubernetes = storagetesting.NewKubernetesRecorder(c.Kubernetes)
-	return c
+	// The KV recorder also records streamed lists in the Kubernetes
+	// recorder, where paginated lists land, so RunTestList sees both.
+	lists := storagetesting.NewKubernetesRecorder(c.Kubernetes)
+	c.Kubernetes = lists
+	c.KV = storagetesting.NewKVRecorder(c.KV, lists)
+	return c, rpcs
 }
