@@ -45,9 +45,13 @@
 // revision, create revision, version, lease and sub revision, then the
 // value. A change-log record (encodeChanges) is the format byte 01, the
 // number of changes, and for each change 01 if it deleted the key (else 00),
-// the key's length and bytes, and the revision of the key's previous live
-// version (00: none). Meta "compact" holds the compacted and the physically
-// compacted revision, big-endian. TestWorkedExample performs these steps and
+// the key's length and bytes, and the revision of the key's live version
+// before this revision (00: none, or a put that created the key); a put
+// that a later change of the same revision superseded (one transaction may
+// change a key twice) is marked 02 instead and followed by its version
+// record's length and bytes, since history keeps only a revision's last
+// version. Meta "compact" holds the compacted and the physically compacted
+// revision, big-endian. TestWorkedExample performs these steps and
 // fails unless the engine holds exactly these tables.
 //
 // Create k = "v1" (revision 2): the revision key holds version 1 (mod and

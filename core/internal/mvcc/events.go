@@ -103,7 +103,7 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 		ev.Type = mvccpb.DELETE
 		ev.Kv = &mvccpb.KeyValue{Key: c.key, ModRevision: rev}
 	} else {
-		e, err := b.versionExactly(ctx, c.key, rev)
+		e, err := b.versionOfChange(ctx, rev, c)
 		if err != nil {
 			return nil, err
 		}
@@ -129,4 +129,18 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 		}
 	}
 	return ev, nil
+}
+
+// versionOfChange reads the version a put change wrote: from the change
+// itself when a later change of its revision superseded it, else from
+// history or the revision key.
+func (b *Backend) versionOfChange(ctx context.Context, rev int64, c change) (entry, error) {
+	if c.superseded == nil {
+		return b.versionExactly(ctx, c.key, rev)
+	}
+	h, val, err := decodeHeader(c.superseded)
+	if err != nil {
+		return entry{}, err
+	}
+	return entry{key: c.key, hdr: h, value: val}, nil
 }

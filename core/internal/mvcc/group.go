@@ -169,6 +169,9 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 			g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
 		}
 		s.stagedRev, s.before = h.modRev, prev
+	} else if !s.cur.tombstone {
+		// A put of this transaction is superseded: its change keeps it.
+		g.changes[s.cur.sub].superseded = encodeObject(s.cur, s.value)
 	}
 	// etcd numbers the changes of a transaction from 0 in execution order.
 	h.sub = int64(len(g.changes))

@@ -101,6 +101,10 @@ type change struct {
 	// the change created the key. It lets a watch from history fill prev_kv
 	// with one point read.
 	prevRev int64
+	// superseded is the version record of a put that a later change of the
+	// same key in the same revision replaced: history keeps only a
+	// revision's last version, so a watch from history reads this one here.
+	superseded []byte
 }
 
 // encodeChanges encodes the change-log record of one revision.
@@ -114,13 +118,20 @@ func encodeChanges(cs []change) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(cs)))
 	for _, c := range cs {
 		var t byte
-		if c.deleted {
+		switch {
+		case c.deleted:
 			t = 1
+		case c.superseded != nil:
+			t = 2
 		}
 		dst = append(dst, t)
 		dst = binary.AppendUvarint(dst, uint64(len(c.key)))
 		dst = append(dst, c.key...)
 		dst = binary.AppendUvarint(dst, uint64(c.prevRev))
+		if t == 2 {
+			dst = binary.AppendUvarint(dst, uint64(len(c.superseded)))
+			dst = append(dst, c.superseded...)
+		}
 	}
 	return dst
 }
@@ -140,7 +151,8 @@ func decodeChanges(b []byte) ([]change, error) {
 		if len(b) < 1 {
 			return nil, fmt.Errorf("%w: change %d truncated", errBadRecord, i)
 		}
-		c := change{deleted: b[0] == 1}
+		t := b[0]
+		c := change{deleted: t == 1}
 		b = b[1:]
 		kl, n := binary.Uvarint(b)
 		if n <= 0 || kl > uint64(len(b)-n) {
@@ -154,6 +166,14 @@ func decodeChanges(b []byte) ([]change, error) {
 		}
 		c.prevRev = int64(pr)
 		b = b[n:]
+		if t == 2 {
+			vl, n := binary.Uvarint(b)
+			if n <= 0 || vl > uint64(len(b)-n) {
+				return nil, fmt.Errorf("%w: change %d superseded version", errBadRecord, i)
+			}
+			c.superseded = b[n : n+int(vl)]
+			b = b[n+int(vl):]
+		}
 		cs = append(cs, c)
 	}
 	return cs, nil

@@ -117,18 +117,16 @@ func TestKeyChangedTwiceInOneTxn(t *testing.T) {
 	var got []string
 	for _, ev := range evs {
 		s := fmt.Sprintf("%s@%d prev=%s", ev.Type, ev.Kv.ModRevision, showKVs([]*mvccpb.KeyValue{ev.PrevKv}))
-		if ev.Type == mvccpb.PUT && ev.Kv.ModRevision != 4 && ev.Kv.ModRevision != 6 {
-			// A put that a delete of the same revision superseded is not
-			// kept; the others are read from history.
+		if ev.Type == mvccpb.PUT {
 			s += " " + showKVs([]*mvccpb.KeyValue{ev.Kv})
 		}
 		got = append(got, s)
 	}
 	want := []string{
 		"DELETE@3 prev=k=0@c2,m2,v1", "PUT@3 prev= k=1@c3,m3,v1",
-		"PUT@4 prev=k=1@c3,m3,v1", "DELETE@4 prev=k=1@c3,m3,v1",
+		"PUT@4 prev=k=1@c3,m3,v1 k=2@c3,m4,v2", "DELETE@4 prev=k=1@c3,m3,v1",
 		"PUT@5 prev= k=3@c5,m5,v1",
-		"DELETE@6 prev=k=3@c5,m5,v1", "PUT@6 prev=", "DELETE@6 prev=k=3@c5,m5,v1",
+		"DELETE@6 prev=k=3@c5,m5,v1", "PUT@6 prev= k=4@c6,m6,v1", "DELETE@6 prev=k=3@c5,m5,v1",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("events:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -138,5 +136,22 @@ func TestKeyChangedTwiceInOneTxn(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(fmt.Sprint("compacted at ", c), c)
+	}
+}
+
+// TestSupersededPutRoundTrip: a change that keeps a superseded put's
+// version decodes back whole, and no truncation of it decodes.
+func TestSupersededPutRoundTrip(t *testing.T) {
+	v := encodeObject(header{modRev: 9, createRev: 4, version: 3}, []byte("val"))
+	cs := []change{{key: []byte("a"), prevRev: 4, superseded: v}, {deleted: true, key: []byte("a"), prevRev: 4}}
+	rec := encodeChanges(cs)
+	got, err := decodeChanges(rec)
+	if err != nil || len(got) != 2 || string(got[0].superseded) != string(v) || got[0].deleted || got[0].prevRev != 4 || !got[1].deleted || got[1].superseded != nil {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	for i := range len(rec) {
+		if _, err := decodeChanges(rec[:i]); err == nil {
+			t.Fatalf("truncated record of %d bytes decoded", i)
+		}
 	}
 }
