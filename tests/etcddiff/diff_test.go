@@ -73,7 +73,8 @@ func TestDiff(t *testing.T) {
 		targets = append(targets, startTarget(t, n))
 	}
 	start := time.Now()
-	r := &run{seed: seed, oracle: oracle, targets: targets, gen: newGen(seed, skip)}
+	// ENGRAM_DIFF_TRACE logs every operation with etcd's answer.
+	r := &run{seed: seed, oracle: oracle, targets: targets, gen: newGen(seed, skip), trace: os.Getenv("ENGRAM_DIFF_TRACE") != "", start: start}
 	r.loop(t, nops)
 	t.Logf("%d operations in %v (%d watchers from past revisions)", r.done, time.Since(start).Round(time.Millisecond), r.catchUps)
 	for _, tg := range targets {
@@ -155,7 +156,9 @@ type run struct {
 	// catchUps counts the syncs of watchers from past revisions, the
 	// slowest operations (etcd syncs them every 100 ms).
 	catchUps int
-	history  []string // the last operations, for failure messages
+	history  []string
+	trace    bool
+	start    time.Time // the last operations, for failure messages
 }
 
 // historyLen is how many earlier operations a failure message shows.
@@ -187,6 +190,9 @@ func (r *run) loop(t *testing.T, nops int) {
 		}
 		r.compare(i, o.String(), live, answers)
 		r.remember(fmt.Sprintf("op %d: %s\n      -> %s", i, o, clip(answers[0].text, 1500)))
+		if r.trace {
+			t.Logf("op %d at %v: %s\n  etcd: %s%s", i, time.Since(r.start).Round(time.Millisecond), o, clip(answers[0].text, 300), ttl(answers[0]))
+		}
 
 		plan := r.gen.syncPlan(o)
 		for _, p := range plan {

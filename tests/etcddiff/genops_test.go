@@ -12,22 +12,23 @@ const maxTxnOps = 128
 
 func (g *gen) compare() func(lidFunc) *pb.Compare {
 	key := g.key()
-	c := pb.Compare{Key: key, Target: pb.Compare_CompareTarget(g.r.IntN(5)), Result: pb.Compare_CompareResult(g.r.IntN(4))}
+	target, result := pb.Compare_CompareTarget(g.r.IntN(5)), pb.Compare_CompareResult(g.r.IntN(4))
 	if g.on("compare-unknown") && g.chance(5) {
 		if g.r.IntN(2) == 0 {
-			c.Target = 9
+			target = 9
 		} else {
-			c.Result = 7
+			result = 7
 		}
 	}
-	if c.Target == pb.Compare_LEASE && (c.Result == pb.Compare_GREATER || c.Result == pb.Compare_LESS) {
+	if target == pb.Compare_LEASE && (result == pb.Compare_GREATER || result == pb.Compare_LESS) {
 		// Lease IDs the servers chose are mapped one to one, which keeps
 		// equality but not order: GREATER and LESS would compare two
 		// servers' unrelated random numbers.
-		c.Result = pb.Compare_CompareResult(g.r.IntN(2) * int(pb.Compare_NOT_EQUAL))
+		result = pb.Compare_CompareResult(g.r.IntN(2) * int(pb.Compare_NOT_EQUAL))
 	}
+	var end []byte
 	if g.chance(15) {
-		c.RangeEnd = g.rangeEnd(key)
+		end = g.rangeEnd(key)
 	}
 	n := g.r.Int64N(g.rev + 2)
 	val := g.value()
@@ -36,8 +37,8 @@ func (g *gen) compare() func(lidFunc) *pb.Compare {
 	}
 	lease := g.lease()
 	return func(lid lidFunc) *pb.Compare {
-		c := c
-		switch c.Target {
+		c := &pb.Compare{Key: key, RangeEnd: end, Target: target, Result: result}
+		switch target {
 		case pb.Compare_VERSION:
 			c.TargetUnion = &pb.Compare_Version{Version: n % 4}
 		case pb.Compare_CREATE:
@@ -51,7 +52,7 @@ func (g *gen) compare() func(lidFunc) *pb.Compare {
 		default:
 			c.TargetUnion = &pb.Compare_Version{Version: n % 4}
 		}
-		return &c
+		return c
 	}
 }
 
@@ -235,8 +236,6 @@ func (g *gen) leaseOp() *op {
 	return noStream(&op{class: class, build: build})
 }
 
-func watchReq(u pb.WatchRequest) *pb.WatchRequest { return &u }
-
 func (g *gen) watchOp() *op {
 	s := g.r.IntN(nStreams)
 	sm := &g.streams[s]
@@ -253,11 +252,11 @@ func (g *gen) watchOp() *op {
 		if g.chance(20) {
 			id = 500 + g.r.Int64N(3)
 		}
-		req := watchReq(pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}})
+		req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}
 		_, active := sm.active[id]
 		return &op{class: "watch", stream: s, ctrl: active, build: func(lidFunc) any { return req }}
 	case n < 3 && g.on("progress"):
-		req := watchReq(pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}})
+		req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
 		return &op{class: "progress", stream: s, build: func(lidFunc) any { return req }}
 	}
 	if len(sm.active) >= 6 {
@@ -291,7 +290,7 @@ func (g *gen) watchOp() *op {
 			class = "watch-negative"
 		}
 	}
-	req := watchReq(pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: c}})
+	req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: c}}
 	sm.open = true
 	return &op{class: class, stream: s, ctrl: true, catchUp: catchUp, build: func(lidFunc) any { return req }}
 }
