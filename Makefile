@@ -94,8 +94,15 @@ run: build
 # modules. They go to a scratch directory first and are then moved in, so
 # a bin/etcd symlink left by bench-tools' fallback is replaced, never
 # written through.
+# bin/etcd37 is etcd 3.7.0's server from the wrapper module bench/etcd37,
+# for the tests of etcd 3.7's API (KV.RangeStream); it is built to a
+# temporary name and renamed so an interrupted build leaves no half file.
 ETCD_TOOLS := bin/etcd bin/etcdctl36 bin/etcdutl
-etcd-tools: $(ETCD_TOOLS)
+etcd-tools: $(ETCD_TOOLS) bin/etcd37
+bin/etcd37: bench/etcd37/go.mod bench/etcd37/go.sum bench/etcd37/main.go
+	mkdir -p bin
+	cd bench/etcd37 && $(GO) build -trimpath -o ../../bin/.etcd37.tmp .
+	mv -f bin/.etcd37.tmp bin/etcd37
 $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 	rm -rf bin/.etcd-tools && mkdir -p bin/.etcd-tools
 	cd bench/etcd && $(GO) build -trimpath -o ../../bin/.etcd-tools/ . go.etcd.io/etcd/etcdctl/v3 go.etcd.io/etcd/etcdutl/v3

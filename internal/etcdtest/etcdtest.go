@@ -1,12 +1,14 @@
 // Package etcdtest starts throwaway real etcd 3.6 servers for tests and
 // runs the etcdctl and etcdutl of the same release, so that Engram's
 // behaviour can be checked against etcd's own and real etcd snapshots can
-// be made and restored.
+// be made and restored. It also starts etcd 3.7 servers (Options.Release)
+// for the API that release added (KV.RangeStream).
 //
 // It owns finding the binaries that `make etcd-tools` builds into bin/
 // (etcd, etcdctl36 and etcdutl, 3.6.16, from the wrapper module bench/etcd;
 // etcdctl is renamed so it cannot shadow Debian's etcdctl 3.4 that the
-// end-to-end tests take from PATH), starting a single-member etcd on
+// end-to-end tests take from PATH; etcd37, 3.7.0, from bench/etcd37),
+// starting a single-member etcd on
 // 127.0.0.1 with client and peer ports chosen at run time, waiting until it
 // is ready, and stopping it again when the test ends. It also owns the
 // schema of the facts files recorded next to the snapshots it generates
@@ -45,12 +47,22 @@ const BinDirEnv = "ENGRAM_ETCD_BIN_DIR"
 // whose go.mod declares it.
 const Module = "github.com/engramkv/engram"
 
-// wantVersion is the etcd release the binaries must be: snapshots and
-// facts made with another release would not be what the tests claim.
-const wantVersion = "3.6."
+// Release is an etcd release line a server binary must belong to.
+type Release string
 
-// ErrNotInstalled is returned by Find when the binaries are missing.
-var ErrNotInstalled = errors.New("etcdtest: etcd 3.6 binaries not found (make etcd-tools, or set " + BinDirEnv + ")")
+// The releases etcdtest starts. Release36 is the default: the snapshots,
+// facts and most differential tests are made with it.
+const (
+	Release36 Release = "3.6"
+	Release37 Release = "3.7"
+)
+
+// serverFile is each release's server binary in the bin directory.
+var serverFile = map[Release]string{Release36: "etcd", Release37: "etcd37"}
+
+// ErrNotInstalled is returned by Find and FindServer when a binary is
+// missing.
+var ErrNotInstalled = errors.New("etcdtest: etcd binaries not found (make etcd-tools, or set " + BinDirEnv + ")")
 
 // Binaries are the paths of the etcd 3.6 programs.
 type Binaries struct {
@@ -67,13 +79,9 @@ type Binaries struct {
 // error when the etcd found is not 3.6 (e.g. bin/etcd left linked to
 // Debian's 3.4 by bench-tools' fallback).
 func Find() (Binaries, error) {
-	dir := os.Getenv(BinDirEnv)
-	if dir == "" {
-		root, err := RepoRoot()
-		if err != nil {
-			return Binaries{}, err
-		}
-		dir = filepath.Join(root, "bin")
+	dir, err := binDir()
+	if err != nil {
+		return Binaries{}, err
 	}
 	b := Binaries{
 		Etcd:    filepath.Join(dir, "etcd"),
@@ -85,10 +93,43 @@ func Find() (Binaries, error) {
 			return Binaries{}, fmt.Errorf("%w: no %s", ErrNotInstalled, p)
 		}
 	}
-	if err := checkVersion(b.Etcd); err != nil {
+	if err := checkVersion(b.Etcd, Release36); err != nil {
 		return Binaries{}, err
 	}
 	return b, nil
+}
+
+// FindServer locates the server binary of release rel (bin/etcd for 3.6,
+// bin/etcd37 for 3.7) as Find does, and checks its version.
+func FindServer(rel Release) (string, error) {
+	name, ok := serverFile[rel]
+	if !ok {
+		return "", fmt.Errorf("etcdtest: no etcd %s server is built (make etcd-tools builds 3.6 and 3.7)", rel)
+	}
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, name)
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+		return "", fmt.Errorf("%w: no %s", ErrNotInstalled, p)
+	}
+	if err := checkVersion(p, rel); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// binDir is $ENGRAM_ETCD_BIN_DIR, else <repo root>/bin.
+func binDir() (string, error) {
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		return dir, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "bin"), nil
 }
 
 var (
@@ -96,8 +137,10 @@ var (
 	versionChecked = map[string]error{}
 )
 
-// checkVersion runs `etcd --version` once per path and process.
-func checkVersion(etcd string) error {
+// checkVersion runs `etcd --version` once per path and process and checks
+// the binary is of release rel: snapshots, facts and comparisons made with
+// another release would not be what the tests claim.
+func checkVersion(etcd string, rel Release) error {
 	versionMu.Lock()
 	defer versionMu.Unlock()
 	if err, ok := versionChecked[etcd]; ok {
@@ -107,8 +150,8 @@ func checkVersion(etcd string) error {
 	switch {
 	case err != nil:
 		err = fmt.Errorf("etcdtest: %s --version: %v\n%s", etcd, err, out)
-	case !strings.Contains(string(out), "etcd Version: "+wantVersion):
-		err = fmt.Errorf("etcdtest: %s is not etcd %sx (run make etcd-tools):\n%s", etcd, wantVersion, out)
+	case !strings.Contains(string(out), "etcd Version: "+string(rel)+"."):
+		err = fmt.Errorf("etcdtest: %s is not etcd %s.x (run make etcd-tools):\n%s", etcd, rel, out)
 	}
 	versionChecked[etcd] = err
 	return err
@@ -157,13 +200,27 @@ func modulePath(gomod string) string {
 func Require(t testing.TB) Binaries {
 	t.Helper()
 	b, err := Find()
+	skipOrFail(t, err)
+	return b
+}
+
+// RequireServer returns the server binary of release rel, or skips or
+// fails t as Require does.
+func RequireServer(t testing.TB, rel Release) string {
+	t.Helper()
+	p, err := FindServer(rel)
+	skipOrFail(t, err)
+	return p
+}
+
+func skipOrFail(t testing.TB, err error) {
+	t.Helper()
 	if errors.Is(err, ErrNotInstalled) && os.Getenv("CI") == "" {
 		t.Skipf("%v; skipping (with CI set this fails)", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
 }
 
 // Options configure Start.
@@ -175,9 +232,12 @@ type Options struct {
 	DataDir string
 	// Args are extra etcd flags, appended after the ones Start sets.
 	Args []string
+	// Release is the server's release; empty means Release36. Only the
+	// server changes: Etcdctl and Etcdutl stay the 3.6 tools.
+	Release Release
 }
 
-// Etcd is a running etcd 3.6 member.
+// Etcd is a running etcd member.
 type Etcd struct {
 	// Endpoint is "127.0.0.1:PORT", the client address as etcdctl and
 	// clientv3 take it.
@@ -210,7 +270,12 @@ const startTimeout = 30 * time.Second
 // are missing.
 func Start(t testing.TB, opts Options) *Etcd {
 	t.Helper()
-	bins := Require(t)
+	var bins Binaries
+	if opts.Release == "" || opts.Release == Release36 {
+		bins = Require(t)
+	} else {
+		bins = Binaries{Etcd: RequireServer(t, opts.Release)}
+	}
 	var lastErr error
 	// The ports are picked by binding :0 and released before etcd binds
 	// them; another process may take one in between, so try a few times.

@@ -1,6 +1,8 @@
 package etcdtest_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -49,5 +51,25 @@ func TestEtcdutlVersion(t *testing.T) {
 	}
 	if !strings.Contains(out, "etcdctl version: 3.6.") {
 		t.Fatalf("etcdctl version: %q", out)
+	}
+}
+
+// TestStartRelease37 starts the etcd 3.7 server and checks, through its
+// /version endpoint, that it is the release it was asked for.
+func TestStartRelease37(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{Release: etcdtest.Release37})
+	resp, err := http.Get(e.ClientURL + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Server string `json:"etcdserver"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(v.Server, "3.7.") {
+		t.Fatalf("etcd 3.7 server says it is %q", v.Server)
 	}
 }
