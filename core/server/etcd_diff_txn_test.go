@@ -8,6 +8,10 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/server/servertest"
 )
 
 // Differential tests of transactions (issue 14, items 1, 2, 3, 4, 7, 8):
@@ -322,4 +326,27 @@ func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
 	// HashKV over these revisions differs: the exported key bucket lacks
 	// the versions a later change of the same revision superseded (issue
 	// 14's report lists it).
+}
+
+// TestTxnIgnoreValueAfterDeleteRefused pins a deliberate difference:
+// etcd 3.6 accepts a put with ignore_value whose key an earlier op of the
+// same Txn deleted, checks it against the state before the Txn, and then
+// crashes applying it. Engram refuses it with etcd's "key not found" and
+// applies nothing.
+func TestTxnIgnoreValueAfterDeleteRefused(t *testing.T) {
+	kv := pb.NewKVClient(servertest.Start(t, servertest.Options{}).Client(t).ActiveConnection())
+	ctx := context.Background()
+	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("foo/a"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	// Only a from-key delete gets past the duplicate-key rule here.
+	_, err := kv.Txn(ctx, &pb.TxnRequest{Success: ops(opDel("foo", "\x00"),
+		&pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("foo/a"), IgnoreValue: true}}})})
+	if st, _ := status.FromError(err); st.Code() != codes.InvalidArgument || st.Message() != "etcdserver: key not found" {
+		t.Errorf("txn: %v", err)
+	}
+	r, err := kv.Range(ctx, &pb.RangeRequest{Key: []byte("foo/a")})
+	if err != nil || r.Count != 1 || r.Header.Revision != 2 {
+		t.Errorf("after the refusals: %v %v", r, err)
+	}
 }
