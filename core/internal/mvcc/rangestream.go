@@ -1,0 +1,108 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/engramkv/engram/core/internal/coder"
+)
+
+// The reads behind etcd 3.7's KV.RangeStream. The stream (package etcdapi)
+// reads a range chunk by chunk at one revision, so each call here reads
+// only its chunk: memory stays bounded by the chunk, however large the
+// range. etcd 3.7 serves each chunk with its ordinary range read minus the
+// total count (server/etcdserver/txn/range.go, Range with withTotalCount
+// false; server/storage/mvcc/kvstore_txn.go, rangeKeys), which these
+// mirror.
+
+// RangeChunk reads one chunk of a stream: req at req.Revision (0: the
+// current revision), at most req.Limit keys (<= 0: all of them) in key
+// order, then sorted as Range sorts. It reads one key past the limit to
+// learn whether there are more, and never counts the rest of the range:
+// Count is the number of keys read (at most Limit+1), as etcd's chunk read
+// reports it, and the header carries the current revision.
+//
+// With KeysOnly and a sort target other than VALUE, the key-values carry no
+// lease: etcd 3.7 answers such a read from its key index alone, which holds
+// revisions and versions but not leases.
+func (b *Backend) RangeChunk(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
+	if b.closed.Load() {
+		return nil, ErrClosed
+	}
+	cur, _, err := b.readRevisions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rev, unpin, err := b.pinRead(cur, req.Revision)
+	if err != nil {
+		return nil, err
+	}
+	defer unpin()
+	keep := -1
+	if req.Limit > 0 && !filtered(req) && (plainOrder(req) || limitBeforeSort(req)) {
+		keep = int(req.Limit) + 1
+	}
+	var entries []entry
+	if len(req.RangeEnd) == 0 {
+		entries, _, err = b.pointEntryAt(ctx, req.Key, rev, keep)
+	} else if start, stop := coder.RevisionRange(req.Key, req.RangeEnd); bytes.Compare(start, stop) < 0 {
+		r := rangeRead{b: b, start: start, stop: stop, rev: rev}
+		batch := 1024
+		if keep > 0 {
+			batch = min(keep, batch)
+		}
+		entries, _, _, err = r.readPage(ctx, keep, batch, false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := buildRange(req, entries, len(entries))
+	if req.KeysOnly && req.SortTarget != pb.RangeRequest_VALUE {
+		for _, kv := range resp.Kvs {
+			kv.Lease = 0
+		}
+	}
+	resp.Header = &pb.ResponseHeader{Revision: cur}
+	return resp, nil
+}
+
+// CountRange counts the keys live in [key, end) (end empty: the key alone)
+// at rev (0: the current revision), without keeping any of them, and
+// returns the count with the current revision.
+func (b *Backend) CountRange(ctx context.Context, key, end []byte, rev int64) (count, cur int64, err error) {
+	if b.closed.Load() {
+		return 0, 0, ErrClosed
+	}
+	cur, _, err = b.readRevisions(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	rev, unpin, err := b.pinRead(cur, rev)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer unpin()
+	_, n, err := b.entriesAt(ctx, key, end, rev, 0)
+	if err != nil {
+		return 0, 0, err
+	}
+	return int64(n), cur, nil
+}
+
+// pinRead resolves a read's revision against the current one (0 or less:
+// the current revision) as Range does, and pins it.
+func (b *Backend) pinRead(cur, rev int64) (int64, func(), error) {
+	if rev > cur {
+		return 0, nil, ErrFutureRev
+	}
+	if rev <= 0 {
+		rev = cur
+	}
+	unpin, err := b.pin(rev)
+	if err != nil {
+		return 0, nil, err
+	}
+	return rev, unpin, nil
+}
