@@ -186,7 +186,7 @@ type Info struct {
 	ID int64
 	// TTL is the granted TTL in seconds.
 	TTL int64
-	// Remaining is the time left in whole seconds, rounded up like etcd.
+	// Remaining is the time left in whole seconds, truncated like etcd's.
 	Remaining int64
 }
 
@@ -202,12 +202,14 @@ func (l *Lessor) Lookup(id int64) (Info, error) {
 	return Info{ID: id, TTL: e.ttl, Remaining: remaining(e, now)}, nil
 }
 
+// remaining is the whole seconds left, truncated as etcd's LeaseTimeToLive
+// truncates them: a lease granted 10 s reads 9 a moment later.
 func remaining(e *entry, now time.Time) int64 {
 	d := e.expiry.Sub(now)
 	if d <= 0 {
 		return 0
 	}
-	return int64(math.Ceil(d.Seconds()))
+	return int64(d / time.Second)
 }
 
 // List returns the IDs of all live leases, the soonest to expire first, as
