@@ -18,6 +18,8 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/plugins/badger"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // Differential tests of etcd 3.7's KV.RangeStream (issue 14, "What to
@@ -273,8 +275,39 @@ func TestDiffRangeStream(t *testing.T) {
 // (A compaction between chunks also ends a stream with etcd's error, but
 // after how many chunks depends on how far the server ran ahead of the
 // client, so that is not compared.)
+//
+// It runs on each engine (memkv and badger): reads at a past revision
+// resolve through each engine's history.
 func TestDiffRangeStreamPinnedAndCompacted(t *testing.T) {
-	p, ctx := newPair37(t, nil)
+	for _, e := range rangeStreamEngines {
+		t.Run(e.name, func(t *testing.T) {
+			p, ctx := newPair37(t, e.open(t))
+			diffPinnedAndCompacted(t, p, ctx)
+		})
+	}
+}
+
+// rangeStreamEngines are the stores the RangeStream tests run Engram on.
+var rangeStreamEngines = []struct {
+	name string
+	open func(t *testing.T) kv.Store
+}{
+	{"memkv", func(t *testing.T) kv.Store {
+		s := memkv.New()
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+	{"badger", func(t *testing.T) kv.Store {
+		s, err := badger.Open(badger.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}},
+}
+
+func diffPinnedAndCompacted(t *testing.T, p *pair, ctx context.Context) {
 	// 1000 keys of 2 KiB: the stream has several chunks and megabytes in
 	// flight, so gRPC's flow control holds the server back while the client
 	// writes between chunks, and writes land between the server's chunk
@@ -342,5 +375,84 @@ func TestDiffRangeStreamPinnedAndCompacted(t *testing.T) {
 	for _, rev := range []int64{1, 599, 600, 601} {
 		p.sameStream(t, ctx, fmt.Sprintf("at revision %d after compacting at 600", rev), &pb.RangeRequest{Key: key, RangeEnd: end, Revision: rev, Limit: 30}, nil)
 		p.sameStream(t, ctx, fmt.Sprintf("count at revision %d after compacting at 600", rev), &pb.RangeRequest{Key: key, RangeEnd: end, Revision: rev, CountOnly: true}, nil)
+	}
+}
+
+// TestRangeStreamClientV3 reads through clientv3 3.7's own streaming call
+// (GetStream) on each engine: merged, the chunks are what Get answers at
+// the stream's revision, for a whole range, a limited one, keys only, a
+// past revision and a count. The client writes to the range between chunks;
+// whether a write lands between the server's chunk reads depends on how far
+// the server ran ahead (TestDiffRangeStreamPinnedAndCompacted makes that
+// likely with more data in flight).
+func TestRangeStreamClientV3(t *testing.T) {
+	for _, e := range rangeStreamEngines {
+		t.Run(e.name, func(t *testing.T) {
+			c := servertest.Start(t, servertest.Options{Store: e.open(t)}).Client(t)
+			// A hang guard, not a measurement.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			for k := range 600 {
+				key := fmt.Sprintf("c/%04d", k)
+				if _, err := c.Put(ctx, key, string(value(key, 1<<10))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, tc := range []struct {
+				rev  int64 // 0: the stream's
+				opts []clientv3.OpOption
+			}{
+				{0, []clientv3.OpOption{clientv3.WithPrefix()}},
+				{0, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithLimit(250)}},
+				{0, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithKeysOnly()}},
+				{300, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithRev(300)}},
+				{0, []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}},
+			} {
+				opts := tc.opts
+				ch, err := c.GetStream(ctx, "c/", opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				merged := &pb.RangeResponse{}
+				chunks := 0
+				for r := range ch {
+					if err := r.Err(); err != nil {
+						t.Fatal(err)
+					}
+					chunks++
+					merged.Kvs = append(merged.Kvs, r.Kvs...)
+					if r.Header != nil {
+						merged.Header, merged.More, merged.Count = r.Header, r.More, r.Count
+					}
+					// Changes the stream must not show.
+					key := fmt.Sprintf("c/%04d", (chunks*97)%600)
+					if _, err := c.Put(ctx, key, "changed"); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := c.Put(ctx, key+"/new", "new"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rev := tc.rev
+				if rev == 0 {
+					rev = merged.Header.Revision
+				}
+				want, err := c.Get(ctx, "c/", append(opts, clientv3.WithRev(rev))...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := fmt.Sprintf("more=%v count=%d kvs=%d", merged.More, merged.Count, len(merged.Kvs))
+				exp := fmt.Sprintf("more=%v count=%d kvs=%d", want.More, want.Count, len(want.Kvs))
+				for i := range min(len(merged.Kvs), len(want.Kvs)) {
+					if a, b := showKV(merged.Kvs[i]), showKV(want.Kvs[i]); a != b {
+						t.Errorf("key-value %d: stream %s, get %s", i, a, b)
+						break
+					}
+				}
+				if got != exp {
+					t.Errorf("stream (%d chunks) %s, get %s", chunks, got, exp)
+				}
+			}
+		})
 	}
 }
