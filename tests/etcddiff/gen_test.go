@@ -66,6 +66,8 @@ type streamModel struct {
 	// revisions: etcd answers no progress request on the stream while one
 	// of them is ahead of the store.
 	active map[int64]int64
+	// dirty: a write may have sent events not read yet.
+	dirty bool
 }
 
 // blocked reports whether a watcher of the stream starts ahead of rev.

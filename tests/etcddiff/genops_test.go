@@ -255,7 +255,10 @@ func (g *gen) watchOp() *op {
 		req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_CancelRequest{CancelRequest: &pb.WatchCancelRequest{WatchId: id}}}
 		_, active := sm.active[id]
 		return &op{class: "watch", stream: s, ctrl: active, build: func(lidFunc) any { return req }}
-	case n < 3 && g.on("progress"):
+	case n < 3 && g.on("progress") && !sm.blocked(g.rev):
+		// Not while a watcher starts ahead of the store: etcd drops such
+		// a request, Engram answers it once the store got there (the
+		// README's deliberate difference for watchers catching up).
 		req := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
 		return &op{class: "progress", stream: s, build: func(lidFunc) any { return req }}
 	}
@@ -277,12 +280,12 @@ func (g *gen) watchOp() *op {
 	catchUp := false
 	if g.chance(15) {
 		switch m := g.r.IntN(10); {
-		case m < 6 && g.on("watch-past") && !sm.blocked(g.rev):
+		case m < 3 && g.on("watch-past") && !sm.blocked(g.rev):
 			// A past revision (compacted ones included): etcd replays the
 			// history from it in the background.
 			c.StartRevision = 1 + g.r.Int64N(g.rev)
 			class, catchUp = "watch-past", true
-		case m < 8 && g.on("watch-future"):
+		case m < 6 && g.on("watch-future"):
 			c.StartRevision = g.rev + 1 + g.r.Int64N(2)
 			class = "watch-future"
 		case g.on("watch-negative"):

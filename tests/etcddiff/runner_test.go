@@ -286,13 +286,24 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
+var progressRequest = &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
+
+// requestProgress sends a progress request on stream i.
+func (s *server) requestProgress(ctx context.Context, i int) error {
+	st, err := s.stream(ctx, i)
+	if err != nil {
+		return err
+	}
+	return st.c.Send(progressRequest)
+}
+
 // sync reads stream i's responses up to its sync point.
 func (s *server) sync(ctx context.Context, i int, mode syncMode) ([]*pb.WatchResponse, error) {
 	st, err := s.stream(ctx, i)
 	if err != nil {
 		return nil, err
 	}
-	progress := &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
+	progress := progressRequest
 	var got []*pb.WatchResponse
 	if mode == syncProgress || mode == syncAwait {
 		if mode == syncProgress {
