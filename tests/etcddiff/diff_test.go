@@ -84,7 +84,8 @@ func TestDiff(t *testing.T) {
 	}
 	r := &run{flushEvery: flush, seed: seed, oracle: oracle, targets: targets, gen: newGen(seed, skip), trace: os.Getenv("ENGRAM_DIFF_TRACE") != "", start: start}
 	r.loop(t, nops)
-	t.Logf("%d operations in %v (%d watchers from past revisions)", r.done, time.Since(start).Round(time.Millisecond), r.catchUps)
+	t.Logf("%d operations in %v; %d watch stream reads, %d of them for watchers from past revisions",
+		r.done, time.Since(start).Round(time.Millisecond), r.syncs, r.catchUps)
 	for _, tg := range targets {
 		t.Run(tg.name, func(t *testing.T) {
 			if tg.diff != "" {
@@ -164,6 +165,7 @@ type run struct {
 	// catchUps counts the syncs of watchers from past revisions, the
 	// slowest operations (etcd syncs them every 100 ms).
 	catchUps   int
+	syncs      int // stream reads
 	flushEvery int
 	history    []string
 	trace      bool
@@ -237,6 +239,7 @@ func (r *run) syncStreams(ctx context.Context, i int, o *op, live []*server, pla
 	batches := make([][]answer, len(plan))
 	for k, p := range plan {
 		batches[k] = make([]answer, len(live))
+		r.syncs++
 		if p.mode == syncCatchUp {
 			r.catchUps++
 		}
@@ -359,16 +362,20 @@ type streamSync struct {
 
 // syncPlan says which watch streams to read after o, and how. Reads cause
 // no events; writes and lease revocations mark the streams with watchers
-// dirty, to be read at the next flush. A stream is read only when etcd
+// they may concern dirty, to be read at the next flush. A stream is read only when etcd
 // will answer its progress request: it has an active watcher (etcd sends
 // progress through one) and none created ahead of the store's revision.
 func (g *gen) syncPlan(o *op) []streamSync {
 	req := o.build(func(id int64) int64 { return id })
 	switch w := req.(type) {
 	case *pb.PutRequest, *pb.DeleteRangeRequest, *pb.TxnRequest, *pb.LeaseRevokeRequest:
-		for s := range nStreams {
-			if len(g.streams[s].active) > 0 {
-				g.streams[s].dirty = true
+		for _, sp := range writes(req) {
+			for s := range nStreams {
+				for _, w := range g.streams[s].active {
+					if w.keys.overlaps(sp) {
+						g.streams[s].dirty = true
+					}
+				}
 			}
 		}
 	case *pb.WatchRequest:

@@ -62,18 +62,24 @@ const nStreams = 3
 
 type streamModel struct {
 	open bool
-	// active maps the watch IDs created and not canceled to their start
-	// revisions: etcd answers no progress request on the stream while one
-	// of them is ahead of the store.
-	active map[int64]int64
+	// active maps the watch IDs created and not canceled to their
+	// watchers.
+	active map[int64]watcher
 	// dirty: a write may have sent events not read yet.
 	dirty bool
 }
 
+type watcher struct {
+	// start is the start revision: etcd answers no progress request on
+	// the stream while a watcher starts ahead of the store.
+	start int64
+	keys  span
+}
+
 // blocked reports whether a watcher of the stream starts ahead of rev.
 func (sm *streamModel) blocked(rev int64) bool {
-	for _, start := range sm.active {
-		if start > rev {
+	for _, w := range sm.active {
+		if w.start > rev {
 			return true
 		}
 	}
@@ -94,7 +100,7 @@ type gen struct {
 func newGen(seed uint64, skip map[string]bool) *gen {
 	g := &gen{r: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), skip: skip, rev: 1}
 	for i := range g.streams {
-		g.streams[i].active = map[int64]int64{}
+		g.streams[i].active = map[int64]watcher{}
 	}
 	// About 50 keys with shared prefixes, 0x00 and 0xff bytes, and one of
 	// 32 KiB (Engram's deliberate key limit; etcd bounds only requests).

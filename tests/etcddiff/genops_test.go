@@ -306,11 +306,9 @@ func (g *gen) observeWatch(s int, o *op, r *pb.WatchResponse) {
 	case r.Canceled:
 		delete(sm.active, r.WatchId)
 	case r.Created && r.WatchId >= 0:
-		var start int64
-		if w, ok := o.build(func(id int64) int64 { return id }).(*pb.WatchRequest); ok {
-			start = w.GetCreateRequest().GetStartRevision()
-		}
-		sm.active[r.WatchId] = start
+		// A created response comes only in answer to a create.
+		c := o.build(func(id int64) int64 { return id }).(*pb.WatchRequest).GetCreateRequest()
+		sm.active[r.WatchId] = watcher{start: c.GetStartRevision(), keys: keySpan(c.GetKey(), c.GetRangeEnd())}
 	}
 }
 
