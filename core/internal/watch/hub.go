@@ -368,7 +368,7 @@ func (w *Watcher) run(ctx context.Context) {
 				}
 			}
 			if out := w.filter(events, h.src.CompactRev()); len(out) > 0 {
-				if err := w.sink(ctx, Response{WatchID: w.req.ID, Events: out, Revision: max(head, next-1)}); err != nil {
+				if !w.send(ctx, out, ok, max(head, next-1)) {
 					return
 				}
 				sentSinceTick = true
@@ -391,6 +391,31 @@ func (w *Watcher) run(ctx context.Context) {
 			sentSinceTick = false
 		}
 	}
+}
+
+// send frames events as etcd does. A watcher keeping up (its events come
+// from the in-memory tail) gets one response per revision, headed by that
+// revision, as etcd's synced watchers do; a watcher catching up from history
+// gets its batch in one response headed by the store's revision, as etcd's
+// unsynced watchers do. Clients that take a response's header as "everything
+// up to here" see the same boundaries on both servers. It reports whether
+// the sink took everything.
+func (w *Watcher) send(ctx context.Context, events []*mvccpb.Event, live bool, head int64) bool {
+	if !live {
+		return w.sink(ctx, Response{WatchID: w.req.ID, Events: events, Revision: head}) == nil
+	}
+	for len(events) > 0 {
+		rev := events[0].Kv.ModRevision
+		n := 1
+		for n < len(events) && events[n].Kv.ModRevision == rev {
+			n++
+		}
+		if w.sink(ctx, Response{WatchID: w.req.ID, Events: events[:n:n], Revision: rev}) != nil {
+			return false
+		}
+		events = events[n:]
+	}
+	return true
 }
 
 func (h *Hub) isClosed() bool {

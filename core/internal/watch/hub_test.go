@@ -360,3 +360,45 @@ func TestCloseEndsBlockedWatchers(t *testing.T) {
 	}
 	<-w.Done()
 }
+
+// TestLiveWatcherGetsOneResponsePerRevision: a watcher reading the in-memory
+// tail sends each revision in its own response headed by that revision, as
+// etcd's synced watchers do, even when several revisions piled up while its
+// client was slow; one catching up from history gets a batch headed by the
+// store's revision, as etcd's unsynced watchers do.
+func TestLiveWatcherGetsOneResponsePerRevision(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	h := newHub(t, src, Options{TailEvents: 100})
+	c := &collector{block: make(chan struct{}), entered: make(chan struct{}, 1)}
+	if _, err := h.Watch(context.Background(), Request{Key: []byte("k"), End: []byte("l")}, c.sink, nil); err != nil {
+		t.Fatal(err)
+	}
+	src.write(h, "k1")
+	<-c.entered // the watcher holds revision 2 in its sink
+	src.write(h, "k2")
+	src.write(h, "k3")
+	close(c.block)
+	c.waitUntil(t, "3 events", func(resps []Response) bool { return events(resps) >= 3 })
+	c.mu.Lock()
+	var got []string
+	for _, r := range c.resps {
+		got = append(got, fmt.Sprintf("%d:%d", r.Revision, len(r.Events)))
+	}
+	c.mu.Unlock()
+	if want := []string{"2:1", "3:1", "4:1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("live responses (header:events) %v, want %v", got, want)
+	}
+
+	// From history (the tail starts after revision 4 on a new hub).
+	h2 := newHub(t, src, Options{TailEvents: 100})
+	hc := &collector{}
+	if _, err := h2.Watch(context.Background(), Request{Key: []byte("k"), End: []byte("l"), StartRevision: 2}, hc.sink, nil); err != nil {
+		t.Fatal(err)
+	}
+	hc.waitUntil(t, "3 events from history", func(resps []Response) bool { return events(resps) >= 3 })
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if len(hc.resps) != 1 || hc.resps[0].Revision != 4 {
+		t.Fatalf("history responses %+v, want one batch headed by revision 4", hc.resps)
+	}
+}
