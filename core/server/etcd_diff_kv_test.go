@@ -324,3 +324,23 @@ func TestKeyOverLimitMessage(t *testing.T) {
 		}
 	}
 }
+
+// TestDiffProgressBesideFutureWatcher: etcd drops a RequestProgress while
+// any watcher on the stream asked to start above the store's revision (it
+// is not synced until then), a watch from head+1 included; once a write
+// reaches the start, requests are answered again.
+func TestDiffProgressBesideFutureWatcher(t *testing.T) {
+	p, ctx := newPair(t)
+	p.put(t, ctx, "a", "v") // revision 2
+	w := p.watchStreams(t, ctx)
+	w.exchange(t, p, "create from the current revision", createWatch(&pb.WatchCreateRequest{Key: []byte("a"), StartRevision: 2}))
+	same(t, p, "its replayed event", func(i int) (*pb.WatchResponse, error) { return w[i].Recv() }, showWatch)
+	w.exchange(t, p, "progress with a synced watcher", progressRequest())
+	w.exchange(t, p, "create from head+1", createWatch(&pb.WatchCreateRequest{Key: []byte("b"), StartRevision: 3}))
+	w.send(t, progressRequest()) // a watcher waits for revision 3: dropped
+	w.exchange(t, p, "create from revision 5", createWatch(&pb.WatchCreateRequest{Key: []byte("c"), StartRevision: 5}))
+	p.put(t, ctx, "x", "v") // revision 3: watcher c still waits for 5
+	w.send(t, progressRequest())
+	w.exchange(t, p, "cancel the watcher from revision 5", cancelWatch(2))
+	w.exchange(t, p, "progress once every start is reached", progressRequest())
+}

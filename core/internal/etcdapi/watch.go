@@ -45,7 +45,7 @@ func (w *watchServer) Watch(stream pb.Watch_WatchServer) error {
 		return w.drained(role, forwardStream(ctx, role, pb.NewWatchClient, pb.WatchClient.Watch, stream.Recv, stream.Send))
 	}
 	ws := &watchStream{s: w.s, hub: role.Hub, ctx: ctx, endStream: cancel, stream: stream,
-		sendSlot: make(chan struct{}, 1), sendErr: make(chan error, 1), watchers: map[int64]*watch.Watcher{}, compacted: map[int64]struct{}{}}
+		sendSlot: make(chan struct{}, 1), sendErr: make(chan error, 1), watchers: map[int64]*watch.Watcher{}, compacted: map[int64]struct{}{}, starts: map[int64]int64{}}
 	defer ws.stopAll()
 	sendErr := ws.sendErr
 	recvErr := make(chan error, 1)
@@ -106,7 +106,11 @@ type watchStream struct {
 	// it: its ID stays taken, and no RequestProgress is answered while
 	// it is there.
 	compacted map[int64]struct{}
-	nextID    int64
+	// starts holds the start revision each watcher's client asked for
+	// (none when it asked for 0): etcd answers no RequestProgress while the
+	// store is below any of them.
+	starts map[int64]int64
+	nextID int64
 	// progressTarget > 0 is a pending RequestProgress: it is answered once
 	// every watcher delivered everything up to at least this revision.
 	progressTarget int64
@@ -217,6 +221,9 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	// Reserve the ID before the created response so events cannot precede
 	// it and a concurrent create cannot take it.
 	ws.watchers[req.ID] = nil
+	if cr.StartRevision > 0 {
+		ws.starts[req.ID] = cr.StartRevision
+	}
 	ws.mu.Unlock()
 	if err := ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: req.ID, Created: true}); err != nil {
 		return err
@@ -225,6 +232,7 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	if err != nil {
 		ws.mu.Lock()
 		delete(ws.watchers, req.ID)
+		delete(ws.starts, req.ID)
 		ws.mu.Unlock()
 		return ws.send(ws.ctx, &pb.WatchResponse{Header: ws.s.header(head), WatchId: req.ID, Canceled: true, CancelReason: "engram: server is shutting down"})
 	}
@@ -264,6 +272,7 @@ func (ws *watchStream) sink(ctx context.Context, r watch.Response) error {
 	if r.Canceled {
 		ws.mu.Lock()
 		delete(ws.watchers, r.WatchID)
+		delete(ws.starts, r.WatchID)
 		if r.CompactRevision != 0 {
 			ws.compacted[r.WatchID] = struct{}{}
 		}
@@ -277,6 +286,7 @@ func (ws *watchStream) cancel(id int64) error {
 	ws.mu.Lock()
 	w, ok := ws.watchers[id]
 	delete(ws.watchers, id)
+	delete(ws.starts, id)
 	if _, compacted := ws.compacted[id]; compacted {
 		// etcd confirms the cancel of a watcher compaction ended.
 		delete(ws.compacted, id)
@@ -313,7 +323,7 @@ func (ws *watchStream) cancel(id int64) error {
 func (ws *watchStream) requestProgress() {
 	target := ws.hub.Head()
 	ws.mu.Lock()
-	if ws.dropProgress() {
+	if ws.dropProgress() || ws.waitsForStart(target) {
 		ws.mu.Unlock()
 		return
 	}
@@ -330,6 +340,20 @@ func (ws *watchStream) requestProgress() {
 // with mu held.
 func (ws *watchStream) dropProgress() bool {
 	return len(ws.watchers) == 0 || len(ws.compacted) > 0
+}
+
+// waitsForStart reports whether a watcher on the stream asked to start
+// above head: etcd drops a progress request then, as it judges such a
+// watcher not synced (mvcc/watchable_store.go progressIfSync). A client
+// watching from head+1, as kube-apiserver does from a resource version,
+// gets no answer until the next write. Call with mu held.
+func (ws *watchStream) waitsForStart(head int64) bool {
+	for _, start := range ws.starts {
+		if start > head {
+			return true
+		}
+	}
+	return false
 }
 
 // checkProgress sends the pending progress response if every watcher has
@@ -377,6 +401,7 @@ func (ws *watchStream) stopAll() {
 	}
 	ws.watchers = map[int64]*watch.Watcher{}
 	ws.compacted = map[int64]struct{}{}
+	ws.starts = map[int64]int64{}
 	ws.mu.Unlock()
 	for _, w := range watchers {
 		w.Stop()
