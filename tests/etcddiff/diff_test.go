@@ -202,6 +202,7 @@ func (r *run) loop(t *testing.T, nops int) {
 			r.gen.observeWatch(o.stream, o, w)
 		}
 		for j, s := range live {
+			byWatcher(answers[j].watch)
 			s.render(&answers[j])
 		}
 		r.compare(i, o.String(), live, answers)

@@ -261,14 +261,20 @@ func isProgress(w *pb.WatchResponse) bool {
 	return !w.Created && !w.Canceled && len(w.Events) == 0
 }
 
-// byWatcher orders a sync's responses by watch ID, keeping each
-// watcher's own order and the progress notification last: etcd hands a
+// byWatcher orders a read's responses by watch ID, keeping each
+// watcher's own order, control responses (created, canceled) after the
+// events and the progress notification last: etcd hands a
 // write's events to the watchers it concerns in map order
 // (watchable_store.go notify over a watcherGroup), so the order across
 // watchers is not etcd's to keep, and a second etcd differs in it.
 func byWatcher(ws []*pb.WatchResponse) {
 	rank := func(w *pb.WatchResponse) int64 {
-		if isProgress(w) {
+		switch {
+		case isProgress(w):
+			return 1<<62 + 1
+		case w.Created || w.Canceled:
+			// A watch request's control response, read last; a
+			// watcher's events come before its cancel either way.
 			return 1 << 62
 		}
 		return w.WatchId
