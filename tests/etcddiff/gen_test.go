@@ -17,7 +17,7 @@ import (
 // classes are the operation classes ENGRAM_DIFF_SKIP can leave out.
 var classes = []string{
 	"range", "sort", "range-rev", "put", "delete", "txn", "txn-nested", "txn-big",
-	"compare-unknown", "lease", "lease-list", "keepalive", "compact", "watch", "watch-past", "watch-future", "watch-negative",
+	"compare-unknown", "lease", "lease-list", "lease-ttl", "keepalive", "compact", "watch", "watch-past", "watch-future", "watch-negative",
 	"progress", "malformed", "big-value", "big-key",
 }
 

@@ -61,7 +61,7 @@ func (g *gen) requestOp(depth int) func(lidFunc) *pb.RequestOp {
 	switch n := g.r.IntN(10); {
 	case n < 3:
 		r := g.rangeReq()
-		if g.chance(30) {
+		if g.on("range-rev") && g.chance(30) {
 			// A read at an explicit revision among the writes.
 			r.Revision = g.revision()
 		}
@@ -240,6 +240,7 @@ func (g *gen) leaseOp() *op {
 		id := some()
 		build = func(lid lidFunc) any { return &pb.LeaseRevokeRequest{ID: lid(id)} }
 	case n < 7:
+		class = "lease-ttl"
 		id, keys := some(), g.chance(60)
 		build = func(lid lidFunc) any { return &pb.LeaseTimeToLiveRequest{ID: lid(id), Keys: keys} }
 	case n < 8:
