@@ -21,5 +21,7 @@
 // ENGRAM_DIFF_TARGETS the targets (default etcd,memkv,badger,wasm) and
 // ENGRAM_DIFF_SKIP a comma-separated list of operation classes the generator
 // leaves out, for investigating one difference at a time (see classes in
-// gen_test.go); `make test` skips none.
+// gen_test.go); `make test` skips none. ENGRAM_DIFF_TRACE=1 logs every
+// operation with etcd's answer; ENGRAM_DIFF_FLUSH=N reads the watch streams
+// only every N operations (default 1).
 package etcddiff
