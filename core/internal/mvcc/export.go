@@ -8,16 +8,20 @@ import (
 
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
 )
 
 // Export reads the store as the key bucket of an etcd backend that was
 // compacted at the current compacted revision C and is at revision rev
 // (0 = the current revision): every version above C up to rev, tombstones
-// included; each key's latest version at or below C while it is live; and
-// the deletes at exactly C (etcd 3.6's compaction keeps those). That is
-// what an etcd snapshot holds, what HashKV hashes, and all a restored store
-// needs to serve reads and watches from C on.
+// included, and among them those a later change of the same key in the same
+// transaction superseded (etcd writes each change under its own sub
+// revision; they come from the change log, see superseded); each key's
+// latest version at or below C while it is live; and each key's first
+// delete at exactly C (etcd 3.6's compaction keeps it). That is what an etcd
+// snapshot holds, what HashKV hashes, and all a restored store needs to
+// serve reads and watches from C on.
 //
 // Rows come key by key, each key's versions in revision order, not in
 // revision order overall (package etcdfmt's Sorter puts them in order). A
@@ -51,6 +55,9 @@ func (b *Backend) Export(ctx context.Context, rev int64, fn func(*etcdfmt.Entry)
 		return ExportInfo{}, err
 	}
 	if err := x.keys(ctx); err != nil {
+		return ExportInfo{}, err
+	}
+	if err := x.superseded(ctx); err != nil {
 		return ExportInfo{}, err
 	}
 	leases, err := b.storedLeases(ctx)
@@ -104,7 +111,11 @@ func (x *exporter) emit(e *etcdfmt.Entry) error {
 	return x.fn(e)
 }
 
-// deletesAtCompact exports the deletes of revision compact.
+// deletesAtCompact exports the deletes of revision compact that etcd's
+// compaction keeps: of each key, only its first delete in that revision.
+// (etcd keeps one version per key at or below the compacted revision: the
+// last one of the generation that ends at or after it, and a key's first
+// delete at C ends such a generation; storage/mvcc/key_index.go, compact.)
 func (x *exporter) deletesAtCompact(ctx context.Context) error {
 	if x.compact <= 1 {
 		return nil
@@ -120,10 +131,12 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	seen := map[string]bool{}
 	for i, c := range cs {
-		if !c.deleted {
+		if !c.deleted || seen[string(c.key)] {
 			continue
 		}
+		seen[string(c.key)] = true
 		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: x.compact, Sub: int64(i)}, Tombstone: true}
 		x.row.KV.Key, x.row.KV.ModRevision = c.key, x.compact
 		if err := x.emit(&x.row); err != nil {
@@ -131,6 +144,84 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// superseded exports, for each revision above the compacted one up to rev,
+// the changes that a later change of the same key in the same revision
+// superseded. History keeps only a revision's last version of a key, but
+// etcd's key bucket holds every change under its own (main, sub) revision
+// until compaction removes it, so the change log supplies them: a delete is
+// a tombstone, and a superseded put keeps its version record (change type
+// 02, record.go).
+func (x *exporter) superseded(ctx context.Context) error {
+	from := max(x.compact+1, tso.FirstRevision+1)
+	if from > x.rev {
+		return nil
+	}
+	it, err := x.b.store.Scan(ctx, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(x.rev + 1), BatchSize: 256})
+	if err != nil {
+		return storageErr("scan change log", err)
+	}
+	defer it.Close()
+	last := map[string]int{}
+	for {
+		batch, err := it.Next(ctx)
+		if err != nil {
+			return storageErr("scan change log", err)
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		for _, p := range batch {
+			rev, err := coder.DecodeEventKey(p.Key)
+			if err != nil {
+				return err
+			}
+			cs, err := decodeChanges(p.Value)
+			if err != nil {
+				return err
+			}
+			if len(cs) < 2 {
+				continue
+			}
+			clear(last)
+			for i, c := range cs {
+				last[string(c.key)] = i
+			}
+			if len(last) == len(cs) {
+				continue
+			}
+			for i, c := range cs {
+				if last[string(c.key)] == i {
+					continue
+				}
+				if err := x.supersededRow(rev, int64(i), c); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}
+
+// supersededRow exports change c, number sub of revision rev, that a later
+// change of its key in the same revision superseded.
+func (x *exporter) supersededRow(rev, sub int64, c change) error {
+	x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: rev, Sub: sub}, Tombstone: c.deleted}
+	x.row.KV.Key, x.row.KV.ModRevision = c.key, rev
+	if !c.deleted {
+		if c.superseded == nil {
+			// Written before change records kept superseded puts
+			// (change type 02): the version is gone, and the export
+			// omits it as it always did.
+			return nil
+		}
+		h, val, err := decodeHeader(c.superseded)
+		if err != nil {
+			return err
+		}
+		x.row.KV.CreateRevision, x.row.KV.Version, x.row.KV.Lease, x.row.KV.Value = h.createRev, h.version, h.lease, val
+	}
+	return x.emit(&x.row)
 }
 
 // keys walks the latest records and history side by side, key by key. The
