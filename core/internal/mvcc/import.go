@@ -86,6 +86,12 @@ type importKey struct {
 	value  []byte
 	exists bool
 	leaseW bool // lease index entry present for cur.lease
+	// stagedRev is the revision of the key's last imported row; before is
+	// the revision of its live version before stagedRev (0: none), and
+	// change the index of its last change in the revision's change-log
+	// record (-1: not logged).
+	stagedRev, before int64
+	change            int
 }
 
 // NewImporter prepares store for an import. See ImportOptions.Resume for

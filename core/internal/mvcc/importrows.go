@@ -77,9 +77,23 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	if !e.Tombstone {
 		h.createRev, h.version, h.lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
 	}
-	wasLive := s.exists && !s.cur.tombstone
-	if s.exists {
-		im.add(kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+	if s.stagedRev != r.Main {
+		// The key's first change in this revision: the version it
+		// replaces moves to history, and is the previous version of
+		// every event of the key in this revision.
+		s.stagedRev, s.before, s.change = r.Main, 0, -1
+		if s.exists {
+			im.add(kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+			if !s.cur.tombstone {
+				s.before = s.cur.modRev
+			}
+		}
+	} else if !s.cur.tombstone && s.change >= 0 {
+		// One transaction changed the key again (etcd's bucket holds
+		// both under their sub revisions): history keeps only the
+		// revision's last version, so the superseded put's change
+		// keeps it, as the writer does (group.go, stageVersion).
+		im.changes[s.change].superseded = encodeObject(s.cur, s.value)
 	}
 	value := e.KV.Value
 	if e.Tombstone {
@@ -88,9 +102,11 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	im.add(kv.Put(coder.RevisionKey(key), encodeObject(h, value)))
 	if r.Main >= im.firstLogged() {
 		c := change{deleted: e.Tombstone, key: append([]byte(nil), key...)}
-		if wasLive {
-			c.prevRev = s.cur.modRev
+		// A put that creates the key has no previous version.
+		if e.Tombstone || h.version > 1 {
+			c.prevRev = s.before
 		}
+		s.change = len(im.changes)
 		im.changes = append(im.changes, c)
 	}
 	// The lease index follows the latest live version's lease.
