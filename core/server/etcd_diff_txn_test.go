@@ -259,10 +259,12 @@ func TestDiffTxnRangeRevisionBounds(t *testing.T) {
 	p.ops(t, ctx, "seed", opPut("k2", "v"))
 	// Revision 3; each write txn in check adds one.
 	check("never compacted")
-	same(t, p, "compact", func(i int) (*pb.CompactionResponse, error) {
-		return p.kv[i].Compact(ctx, &pb.CompactionRequest{Revision: 4})
-	}, func(r *pb.CompactionResponse) string { return fmt.Sprint(r.Header.Revision) })
-	check("compacted at 4")
+	for _, at := range []int64{0, 4} {
+		same(t, p, fmt.Sprint("compact at ", at), func(i int) (*pb.CompactionResponse, error) {
+			return p.kv[i].Compact(ctx, &pb.CompactionRequest{Revision: at})
+		}, func(r *pb.CompactionResponse) string { return fmt.Sprint(r.Header.Revision) })
+		check(fmt.Sprint("compacted at ", at))
+	}
 }
 
 // TestDiffPutCheckOrder: which error a put with ignore_value and an

@@ -234,13 +234,9 @@ func (g *group) checkRangeRevision(rev int64) error {
 
 // firstRev is the oldest revision a read may ask for: the compacted one,
 // or -1 (etcd's value) before any compaction, so that revision -1 means
-// "current" until the first compaction and is refused after it.
-func (g *group) firstRev() int64 {
-	if c := g.b.compactRev.Load(); c > 0 {
-		return c
-	}
-	return -1
-}
+// "current" until the first compaction, Compact(0) included, and is
+// refused after it.
+func (g *group) firstRev() int64 { return g.b.compactFloor() }
 
 func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnResponse, error) {
 	resp, _, err := g.execPath(t, path, rev)
