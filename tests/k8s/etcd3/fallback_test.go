@@ -34,7 +34,7 @@ func TestStreamFallsBackOnEtcd36(t *testing.T) {
 		t.Skipf("%s=%s: the test runs on etcd 3.6 whatever the backend; the default run has it", backend.BackendEnv, b)
 	}
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EtcdRangeStream, true)
-	etcd := etcdtest.Start(t, etcdtest.Options{})
+	etcd := etcdtest.Start(t, etcdtest.Options{Release: etcdtest.Release36})
 	e := setup(t, withEndpoint(etcd.Endpoint))
 	const pods = 5
 	for i := range pods {
