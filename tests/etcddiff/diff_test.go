@@ -206,7 +206,7 @@ func (r *run) loop(t *testing.T, nops int) {
 			s.render(&answers[j])
 		}
 		r.compare(i, o.String(), live, answers)
-		r.remember(fmt.Sprintf("op %d: %s\n      -> %s", i, o, clip(answers[0].text, 1500)))
+		r.remember(fmt.Sprintf("op %d: %s\n      -> %s", i, o, clip(answers[0].text, 1500)), false)
 		if r.trace {
 			t.Logf("op %d at %v: %s\n  etcd: %s%s", i, time.Since(r.start).Round(time.Millisecond), o, clip(answers[0].text, 300), ttl(answers[0]))
 		}
@@ -276,7 +276,7 @@ func (r *run) syncStreams(ctx context.Context, i int, o *op, live []*server, pla
 		what := fmt.Sprintf("watch stream %d's responses up to op %d (%s)", p.stream, i, o)
 		r.compare(i, what, live, batches[k])
 		if len(batches[k][0].watch) > 0 {
-			r.remember(fmt.Sprintf("        stream %d: %s", p.stream, clip(batches[k][0].text, 1500)))
+			r.remember(fmt.Sprintf("      stream %d: %s", p.stream, clip(batches[k][0].text, 1500)), true)
 		}
 	}
 }
@@ -312,10 +312,16 @@ func (r *run) mapGrant(o *op, live []*server, answers []answer) {
 	}
 }
 
-func (r *run) remember(s string) {
+// remember adds an operation to the history, or with more set what a
+// stream read after it returned.
+func (r *run) remember(s string, more bool) {
+	if more && len(r.history) > 0 {
+		r.history[len(r.history)-1] += "\n" + s
+		return
+	}
 	r.history = append(r.history, s)
-	if len(r.history) > 3*historyLen {
-		r.history = r.history[len(r.history)-3*historyLen:]
+	if len(r.history) > historyLen {
+		r.history = r.history[len(r.history)-historyLen:]
 	}
 }
 
@@ -336,12 +342,7 @@ func (r *run) compare(i int, what string, live []*server, answers []answer) {
 		fmt.Fprintf(&b, "  etcd:    %s%s\n", clip(answers[0].text, 6000), ttl(answers[0]))
 		fmt.Fprintf(&b, "  %-8s %s%s\n", s.name+":", clip(answers[j+1].text, 6000), ttl(answers[j+1]))
 		b.WriteString("  the operations before it, with etcd's answers:\n")
-		h := r.history
-		// Each operation may have taken a few lines (its syncs).
-		if n := len(h); n > 2*historyLen {
-			h = h[n-2*historyLen:]
-		}
-		for _, l := range h {
+		for _, l := range r.history {
 			b.WriteString("    " + l + "\n")
 		}
 		s.diff = b.String()
