@@ -131,19 +131,59 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	changes := map[string]int{}
+	for _, c := range cs {
+		changes[string(c.key)]++
+	}
 	seen := map[string]bool{}
 	for i, c := range cs {
 		if !c.deleted || seen[string(c.key)] {
 			continue
 		}
 		seen[string(c.key)] = true
-		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: x.compact, Sub: int64(i)}, Tombstone: true}
+		sub := int64(i)
+		if changes[string(c.key)] == 1 {
+			// A store imported from etcd logs at C only the changes
+			// etcd's compaction kept, so a change's place in the record
+			// need not be its sub revision; the version's own header
+			// has it.
+			if h, ok, err := x.storedAt(ctx, c.key); err != nil {
+				return err
+			} else if ok && h.sub != subUnknown {
+				sub = h.sub
+			}
+		}
+		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: x.compact, Sub: sub}, Tombstone: true}
 		x.row.KV.Key, x.row.KV.ModRevision = c.key, x.compact
 		if err := x.emit(&x.row); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// storedAt returns the header of key's version at the compacted revision,
+// if the store still holds it (the revision key of a deleted key may have
+// been cleaned up).
+func (x *exporter) storedAt(ctx context.Context, key []byte) (header, bool, error) {
+	raw, err := x.b.store.Get(ctx, coder.ObjectKey(key, x.compact))
+	inHistory := err == nil
+	if errors.Is(err, kv.ErrNotFound) {
+		raw, err = x.b.store.Get(ctx, coder.RevisionKey(key))
+	}
+	if errors.Is(err, kv.ErrNotFound) {
+		return header{}, false, nil
+	}
+	if err != nil {
+		return header{}, false, storageErr(fmt.Sprintf("get %q@%d", key, x.compact), err)
+	}
+	h, _, err := decodeHeader(raw)
+	if err != nil {
+		return header{}, false, err
+	}
+	// The object key names its version's revision; the revision key may
+	// hold a later one.
+	return h, inHistory || h.modRev == x.compact, nil
 }
 
 // superseded exports, for each revision above the compacted one up to rev,
