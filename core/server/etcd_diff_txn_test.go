@@ -325,9 +325,7 @@ func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
 			}
 		}
 	}, func(evs []string) string { return strings.Join(evs, "\n") })
-	// HashKV over these revisions differs: the exported key bucket lacks
-	// the versions a later change of the same revision superseded (issue
-	// 14's report lists it).
+	// HashKV and snapshots over these revisions: etcd_diff_hashkv_test.go.
 }
 
 // TestTxnIgnoreValueAfterDeleteRefused pins a deliberate difference:
