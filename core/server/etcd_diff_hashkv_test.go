@@ -209,21 +209,7 @@ func TestDiffSnapshotDoubleChange(t *testing.T) {
 		etcdSnap := snapshotOf(t, ctx, ec, "etcd.db")
 		engramSnap := snapshotOf(t, ctx, gc, "engram.db")
 		t.Run(fmt.Sprint("compacted at ", c), func(t *testing.T) {
-			t.Run("key bucket", func(t *testing.T) {
-				want, got := bucketRows(t, etcdSnap), bucketRows(t, engramSnap)
-				for i := range max(len(want), len(got)) {
-					var w, g string
-					if i < len(want) {
-						w = want[i]
-					}
-					if i < len(got) {
-						g = got[i]
-					}
-					if w != g {
-						t.Errorf("row %d:\n  etcd:   %s\n  engram: %s", i, w, g)
-					}
-				}
-			})
+			t.Run("key bucket", func(t *testing.T) { sameRows(t, etcdSnap, engramSnap) })
 			t.Run("engram snapshot restored into etcd", func(t *testing.T) {
 				restored := etcdtest.Start(t, etcdtest.Options{DataDir: etcdtest.Restore(t, engramSnap)})
 				check(t, hashPair([2]string{"etcd", "etcd restored from engram"}, [2]*clientv3.Client{ec, dialEndpoint(t, restored.Endpoint)}), "restored etcd")
@@ -234,8 +220,9 @@ func TestDiffSnapshotDoubleChange(t *testing.T) {
 				if _, err := backup.Restore(ctx, store, etcdSnap, backup.RestoreOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				g := servertest.Start(t, servertest.Options{Store: store})
-				check(t, hashPair([2]string{"etcd", "engram restored from etcd"}, [2]*clientv3.Client{ec, g.Client(t)}), "restored engram")
+				g := servertest.Start(t, servertest.Options{Store: store}).Client(t)
+				check(t, hashPair([2]string{"etcd", "engram restored from etcd"}, [2]*clientv3.Client{ec, g}), "restored engram")
+				sameRows(t, etcdSnap, snapshotOf(t, ctx, g, "again.db"))
 			})
 		})
 	}
@@ -264,6 +251,24 @@ func (p *pair) replay(t *testing.T, ctx context.Context, what string, from int64
 	}, func(evs []string) string { return strings.Join(evs, "\n") })
 	for i := range w {
 		_ = w[i].CloseSend()
+	}
+}
+
+// sameRows compares the key-bucket rows of etcd's snapshot and Engram's.
+func sameRows(t *testing.T, etcdSnap, engramSnap string) {
+	t.Helper()
+	want, got := bucketRows(t, etcdSnap), bucketRows(t, engramSnap)
+	for i := range max(len(want), len(got)) {
+		var w, g string
+		if i < len(want) {
+			w = want[i]
+		}
+		if i < len(got) {
+			g = got[i]
+		}
+		if w != g {
+			t.Errorf("key-bucket row %d:\n  etcd:   %s\n  engram: %s", i, w, g)
+		}
 	}
 }
 
