@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/engramkv/engram/core/backup"
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/migrate"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/core/snapshot"
 	"github.com/engramkv/engram/internal/etcdtest"
@@ -289,4 +291,67 @@ func bucketRows(t *testing.T, path string) []string {
 		t.Fatal(err)
 	}
 	return rows
+}
+
+// TestDiffMigrateDoubleChange: a migration from etcd carries the
+// double-change forms both ways it reads them, from the base snapshot
+// (compacted where a key was deleted, put and deleted again) and from the
+// watch it follows afterwards, and the migrated store answers HashKV, Range
+// and a replayed watch as etcd does.
+func TestDiffMigrateDoubleChange(t *testing.T) {
+	etcdtest.Require(t)
+	// A hang guard, not a measurement.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	e := etcdtest.Start(t, etcdtest.Options{})
+	ec := dialEndpoint(t, e.Endpoint)
+	gc := servertest.Start(t, servertest.Options{}).Client(t)
+	p := hashPair([2]string{"etcd", "engram"}, [2]*clientv3.Client{ec, gc})
+	_, kinds := doubleChanges(t, ctx, p.pair)
+	var compactAt int64
+	for r, k := range kinds {
+		if k == 'D' {
+			compactAt = r
+		}
+	}
+	p.compact(t, ctx, compactAt)
+
+	store := memkv.New()
+	t.Cleanup(func() { _ = store.Close() })
+	following, cutover := make(chan struct{}), make(chan struct{})
+	type outcome struct {
+		res migrate.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := migrate.Run(ctx, migrate.Options{Client: ec, Source: e.ClientURL, Store: store, TempDir: t.TempDir(),
+			Logger: slog.New(slog.DiscardHandler), Following: func(int64) { close(following) }}, cutover)
+		done <- outcome{res, err}
+	}()
+	select {
+	case <-following:
+	case o := <-done:
+		t.Fatalf("migration ended before following: %+v, %v", o.res, o.err)
+	case <-ctx.Done():
+		t.Fatal("the migration never followed")
+	}
+	last, _ := doubleChanges(t, ctx, p.pair)
+	close(cutover)
+	o := <-done
+	if o.err != nil {
+		t.Fatalf("migration: %v", o.err)
+	}
+	if o.res.Rev != last || o.res.BaseRev >= last {
+		t.Fatalf("migration %+v, want a base below revision %d and the target at it", o.res, last)
+	}
+	t.Logf("migrated: %+v", o.res)
+	g := servertest.Start(t, servertest.Options{Store: store}).Client(t)
+	q := hashPair([2]string{"etcd", "migrated engram"}, [2]*clientv3.Client{ec, g})
+	for r := compactAt + 1; r <= last; r++ {
+		q.hashKV(t, ctx, r, fmt.Sprint("migrated at ", r))
+		q.everything(t, ctx, fmt.Sprint("migrated: everything at ", r), r)
+	}
+	q.replay(t, ctx, "migrated", compactAt+1, "after")
+	sameRows(t, snapshotOf(t, ctx, ec, "etcd.db"), snapshotOf(t, ctx, g, "migrated.db"))
 }
