@@ -236,6 +236,11 @@ type Watcher struct {
 	// onAdvance is called after the watcher's delivered revision moves.
 	onAdvance func()
 
+	// synced is set once the watcher has caught up with the head it
+	// started below (or from the start when it started above it); only
+	// the watcher's own loop touches it.
+	synced bool
+
 	mu        sync.Mutex
 	delivered int64 // every matching event <= delivered was sent
 }
@@ -255,11 +260,14 @@ func (h *Hub) Watch(ctx context.Context, req Request, sink Sink, onAdvance func(
 	if req.StartRevision <= 0 {
 		req.StartRevision = h.head + 1
 	}
+	// As in etcd, a watcher starting above the head is synced from the
+	// start; one starting at or below it catches up first (see send).
+	synced := req.StartRevision > h.head
 	h.wg.Add(1)
 	h.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
 	stopWithHub := context.AfterFunc(h.base, cancel)
-	w := &Watcher{hub: h, req: req, sink: sink, cancel: cancel, done: make(chan struct{}), onAdvance: onAdvance, delivered: req.StartRevision - 1}
+	w := &Watcher{hub: h, req: req, sink: sink, cancel: cancel, done: make(chan struct{}), onAdvance: onAdvance, delivered: req.StartRevision - 1, synced: synced}
 	if m := h.opts.Metrics; m != nil {
 		m.watchers.Inc()
 	}
@@ -368,12 +376,15 @@ func (w *Watcher) run(ctx context.Context) {
 				}
 			}
 			if out := w.filter(events, h.src.CompactRev()); len(out) > 0 {
-				if !w.send(ctx, out, ok, max(head, next-1)) {
+				if !w.send(ctx, out, max(head, next-1)) {
 					return
 				}
 				sentSinceTick = true
 			}
 			cursor = next
+			if cursor > head {
+				w.synced = true
+			}
 			w.setDelivered(cursor - 1)
 			continue
 		}
@@ -393,15 +404,16 @@ func (w *Watcher) run(ctx context.Context) {
 	}
 }
 
-// send frames events as etcd does. A watcher keeping up (its events come
-// from the in-memory tail) gets one response per revision, headed by that
-// revision, as etcd's synced watchers do; a watcher catching up from history
-// gets its batch in one response headed by the store's revision, as etcd's
-// unsynced watchers do. Clients that take a response's header as "everything
-// up to here" see the same boundaries on both servers. It reports whether
-// the sink took everything.
-func (w *Watcher) send(ctx context.Context, events []*mvccpb.Event, live bool, head int64) bool {
-	if !live {
+// send frames events as etcd does. A synced watcher gets one response per
+// revision, headed by that revision, as etcd's synced watchers do, even
+// when several revisions piled up while its client was slow; a watcher
+// still catching up to the head it started below gets each batch in one
+// response headed by the store's revision, as etcd's unsynced watchers do.
+// Clients that take a response's header as "everything up to here" see the
+// same boundaries on both servers. It reports whether the sink took
+// everything.
+func (w *Watcher) send(ctx context.Context, events []*mvccpb.Event, head int64) bool {
+	if !w.synced {
 		return w.sink(ctx, Response{WatchID: w.req.ID, Events: events, Revision: head}) == nil
 	}
 	for len(events) > 0 {

@@ -389,16 +389,31 @@ func TestLiveWatcherGetsOneResponsePerRevision(t *testing.T) {
 		t.Fatalf("live responses (header:events) %v, want %v", got, want)
 	}
 
-	// From history (the tail starts after revision 4 on a new hub).
-	h2 := newHub(t, src, Options{TailEvents: 100})
-	hc := &collector{}
-	if _, err := h2.Watch(context.Background(), Request{Key: []byte("k"), End: []byte("l"), StartRevision: 2}, hc.sink, nil); err != nil {
-		t.Fatal(err)
-	}
-	hc.waitUntil(t, "3 events from history", func(resps []Response) bool { return events(resps) >= 3 })
-	hc.mu.Lock()
-	defer hc.mu.Unlock()
-	if len(hc.resps) != 1 || hc.resps[0].Revision != 4 {
-		t.Fatalf("history responses %+v, want one batch headed by revision 4", hc.resps)
+	// From a past revision: from the tail (same hub) and from history (a
+	// new hub's tail starts after revision 4), one batch headed by the
+	// head, then one response per revision once caught up.
+	for what, hub := range map[string]*Hub{"tail": h, "history": newHub(t, src, Options{TailEvents: 100})} {
+		hc := &collector{}
+		if _, err := hub.Watch(context.Background(), Request{Key: []byte("k"), End: []byte("l"), StartRevision: 2}, hc.sink, nil); err != nil {
+			t.Fatal(err)
+		}
+		hc.waitUntil(t, "3 events from "+what, func(resps []Response) bool { return events(resps) >= 3 })
+		src.write(hub, "k4")
+		hc.waitUntil(t, "the next write", func(resps []Response) bool { return events(resps) >= 4 })
+		hc.mu.Lock()
+		got = got[:0]
+		for _, r := range hc.resps {
+			got = append(got, fmt.Sprintf("%d:%d", r.Revision, len(r.Events)))
+		}
+		hc.mu.Unlock()
+		// The history hub's head is revision 4 when it starts (the
+		// source's revision then), the tail hub's too.
+		if want := []string{"4:3", "5:1"}; fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("from %s: responses (header:events) %v, want %v", what, got, want)
+		}
+		src.mu.Lock()
+		src.events = src.events[:len(src.events)-1]
+		src.rev--
+		src.mu.Unlock()
 	}
 }
