@@ -242,3 +242,21 @@ func TestDiffWatchBelowCompaction(t *testing.T) {
 	w.exchange(t, p, "create from revision 2", createWatch(&pb.WatchCreateRequest{Key: []byte("k"), RangeEnd: []byte("l"), StartRevision: 2}))
 	same(t, p, "the cancel", func(i int) (*pb.WatchResponse, error) { return w[i].Recv() }, showWatch)
 }
+
+// TestDiffLeaseGrantTTLs: the TTL a grant receives (etcd raises short and
+// non-positive TTLs to its minimum) and its refusal above the maximum; each
+// granted lease is revoked at once, so none expires during the test.
+func TestDiffLeaseGrantTTLs(t *testing.T) {
+	p, ctx := newPair(t)
+	for n, ttl := range []int64{-5, 0, 1, 2, 3, 9000000000, 9000000001} {
+		id := int64(100 + n)
+		same(t, p, fmt.Sprint("grant TTL ", ttl), func(i int) (*pb.LeaseGrantResponse, error) {
+			return p.lease[i].LeaseGrant(ctx, &pb.LeaseGrantRequest{ID: id, TTL: ttl})
+		}, func(r *pb.LeaseGrantResponse) string {
+			return fmt.Sprintf("id=%d ttl=%d error=%q", r.ID, r.TTL, r.Error)
+		})
+		same(t, p, fmt.Sprint("revoke after TTL ", ttl), func(i int) (*pb.LeaseRevokeResponse, error) {
+			return p.lease[i].LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: id})
+		}, func(r *pb.LeaseRevokeResponse) string { return fmt.Sprint(r.Header.Revision) })
+	}
+}
