@@ -123,6 +123,7 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := newLogger(cfg.Log, stderr)
+	cfg.WarnUnknownEnv(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cut := make(chan struct{})
@@ -256,6 +257,7 @@ func migrateVerify(args []string, stdout, stderr io.Writer) int {
 		target = migrate.Remote{Client: c}
 	} else {
 		logger := newLogger(cfg.Log, stderr)
+		cfg.WarnUnknownEnv(logger)
 		store, err := openStore(ctx, cfg, logger.With("component", "storage"), nil)
 		if err != nil {
 			return fail(err)

@@ -38,6 +38,7 @@ func serveMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	logger := newLogger(cfg.Log, stderr)
+	cfg.WarnUnknownEnv(logger)
 	applyMemoryLimit(cfg.MemoryLimit, logger)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -77,6 +77,7 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 	}
 	file := rest[0]
 	logger := newLogger(cfg.Log, stderr)
+	cfg.WarnUnknownEnv(logger)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 

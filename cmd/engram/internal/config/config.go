@@ -89,6 +89,10 @@ type Config struct {
 	// memory outside one; a negative value disables it; the GOMEMLIMIT
 	// environment variable, when set, wins over this key.
 	MemoryLimit int64 `koanf:"memory-limit" help:"soft memory limit of the Go runtime in bytes (0 = 90% of the container's or machine's memory, negative disables; GOMEMLIMIT wins)"`
+
+	// unknownEnv names the ENGRAM_* variables of the environment that are
+	// no key, sorted (env.go). It has no koanf tag, so it is no key itself.
+	unknownEnv []string
 }
 
 // TLS configures the certificates of https:// listeners.

@@ -190,7 +190,6 @@ func TestLoadErrors(t *testing.T) {
 		wants []string
 	}{
 		{name: "unknown file key", file: "storage:\n  engin: memkv\n", wants: []string{"storage.engin", "unknown key", "config file"}},
-		{name: "unknown env var", env: map[string]string{"ENGRAM_STORAGE_ENGIN": "memkv"}, wants: []string{"ENGRAM_STORAGE_ENGIN", "unknown variable"}},
 		{name: "unknown flag", args: []string{"--storage.engin=memkv"}, wants: []string{"storage.engin"}},
 		{name: "positional argument", args: []string{"extra"}, wants: []string{`unexpected argument "extra"`}},
 		{name: "bad int in env", env: map[string]string{"ENGRAM_WATCH_MAX_LAG": "lots"}, wants: []string{"watch.max-lag", "ENGRAM_WATCH_MAX_LAG", "whole number"}},

@@ -141,11 +141,10 @@ func loadLayers(fs *pflag.FlagSet, own map[string]bool) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("environment: %w", err)
 	}
-	if len(unknownEnv) > 0 {
-		slices.Sort(unknownEnv)
-		return Config{}, fmt.Errorf("environment: unknown variable(s) %s (see config.example.yaml for the keys; %s<KEY> with dots and dashes as underscores)",
-			strings.Join(unknownEnv, ", "), EnvPrefix)
-	}
+	// Unknown variables are only reported (Config.WarnUnknownEnv), as etcd
+	// warns about an unknown ETCD_* one: wrappers and tools export their own
+	// ENGRAM_* names (env.go).
+	slices.Sort(unknownEnv)
 	if err := checkLayer(envLayer, func(key string) string { return "from environment variable " + byName[key].env }); err != nil {
 		return Config{}, err
 	}
@@ -179,6 +178,7 @@ func loadLayers(fs *pflag.FlagSet, own map[string]bool) (Config, error) {
 	if err := cfg.Validate(); err != nil {
 		return Config{}, fmt.Errorf("invalid configuration:\n%w", err)
 	}
+	cfg.unknownEnv = unknownEnv
 	return cfg, nil
 }
 
