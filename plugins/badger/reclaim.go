@@ -1,11 +1,14 @@
 package badger
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	badgerdb "github.com/dgraph-io/badger/v3"
 
 	"github.com/engramkv/engram/core/kv"
 )
@@ -210,13 +213,34 @@ func (s *Store) reclaimDue(deletes int64) bool {
 	return float64(n) >= reclaimShare*float64(keys+n)
 }
 
-// Reclaim flushes the memtable and compacts the tree into its bottom level,
-// so that deleted keys stop taking disk space. The store drives it by itself
-// after large deletes; it is exported for tests and tools.
-func (s *Store) Reclaim() error { return s.reclaim1(true) }
+// Reclaim is kv.Reclaimer (etcd's Defragment): now, whatever the deletes
+// since the last run, it flushes the memtable, compacts the tree into its
+// bottom level so that deleted keys stop taking disk space, and then runs
+// value-log GC until a pass rewrites nothing, for the rare values too large
+// for the tree. The store also drives the first two steps by itself after
+// large deletes (runReclaim); an explicit call is what `etcdctl defrag`
+// asks for.
+//
+// Commits pause only for the forced flush, which runs on the committer
+// between two groups; reads and iterators go on throughout. Flatten cannot
+// be interrupted: ctx is checked before the flush, before Flatten and
+// between GC passes, and a Flatten under way runs to its end.
+func (s *Store) Reclaim(ctx context.Context) error {
+	if err := s.reclaimWith(ctx, true); err != nil {
+		return err
+	}
+	return s.gcValueLog(ctx)
+}
 
-// reclaim1 is Reclaim, with the memtable flush only if flush is set.
+var _ kv.Reclaimer = (*Store)(nil)
+
+// reclaim1 is the background loop's reclamation, with the memtable flush
+// only if flush is set.
 func (s *Store) reclaim1(flush bool) error {
+	return s.reclaimWith(context.Background(), flush)
+}
+
+func (s *Store) reclaimWith(ctx context.Context, flush bool) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
@@ -224,18 +248,35 @@ func (s *Store) reclaim1(flush bool) error {
 	}
 	s.reclaim.mu.Lock()
 	defer s.reclaim.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	start := time.Now()
 	s.reclaim.pending.Store(s.reclaim.deletes.Load())
 	lsm0, vlog0 := s.db.Size()
 
 	if flush {
 		req := &commitReq{done: make(chan error, 1), run: s.flushMemtable}
-		s.reqs <- req
-		if err := <-req.done; err != nil {
-			return err
+		select {
+		case s.reqs <- req:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		// The committer answers once the flush ran; done is buffered, so
+		// giving up here leaves nothing blocked.
+		select {
+		case err := <-req.done:
+			if err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 	flushed := time.Since(start)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	// One worker: the cores are shared with the server's requests.
 	if err := s.db.Flatten(1); err != nil {
 		return fmt.Errorf("badger: reclaim: flatten: %w", err)
@@ -247,6 +288,40 @@ func (s *Store) reclaim1(flush bool) error {
 	s.log.Info("reclaimed deleted space", "forced flush", flush, "flush", flushed.Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond),
 		"size before", lsm0+vlog0, "size after", lsm1+vlog1)
 	return nil
+}
+
+// gcValueLog runs value-log GC passes until one rewrites nothing. Values
+// under the threshold live in the tree, so on most stores the first pass
+// finds nothing; after Flatten dropped the keys of large deleted values,
+// their value-log files can be rewritten or removed. An in-memory store has
+// no value log.
+func (s *Store) gcValueLog(ctx context.Context) error {
+	if s.inMemory {
+		return nil
+	}
+	s.gate.RLock()
+	defer s.gate.RUnlock()
+	if s.closed {
+		return kv.ErrClosed
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := s.db.RunValueLogGC(defaultGCDiscardRatio)
+		switch {
+		case err == nil:
+			// A file was rewritten: another may be worth it too.
+		case errors.Is(err, badgerdb.ErrNoRewrite):
+			return nil
+		case errors.Is(err, badgerdb.ErrRejected):
+			// The background GC is running a pass already; it goes on
+			// until it has rewritten what it can.
+			return nil
+		default:
+			return fmt.Errorf("badger: reclaim: value log GC: %w", err)
+		}
+	}
 }
 
 // flushMemtable runs on the committer goroutine (no write is in flight): it

@@ -82,7 +82,7 @@ func TestReclaimShrinksDisk(t *testing.T) {
 		t.Errorf("%d deletes of %d keys do not make a reclamation due", total-live, total)
 	}
 	before := diskUse(t, dir)
-	if err := s.Reclaim(); err != nil {
+	if err := s.Reclaim(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after := diskUse(t, dir)
@@ -155,7 +155,7 @@ func TestReclaimWhileCommitting(t *testing.T) {
 		}()
 	}
 	<-started
-	if err := s.Reclaim(); err != nil {
+	if err := s.Reclaim(context.Background()); err != nil {
 		t.Errorf("Reclaim: %v", err)
 	}
 	wg.Wait()
@@ -166,7 +166,7 @@ func TestReclaimWhileCommitting(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Reclaim(); !errors.Is(err, kv.ErrClosed) {
+	if err := s.Reclaim(context.Background()); !errors.Is(err, kv.ErrClosed) {
 		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
 	}
 }
@@ -201,7 +201,7 @@ func TestFlushedThrough(t *testing.T) {
 	if s.flushedThrough(ts) {
 		t.Fatal("writes in the memtable reported as flushed")
 	}
-	if err := s.Reclaim(); err != nil {
+	if err := s.Reclaim(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if !s.flushedThrough(ts) {
