@@ -3,10 +3,13 @@ package etcdapi
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"io"
 	"os"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -74,8 +77,45 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	return &pb.HashKVResponse{Header: m.s.header(h.CurrentRev), Hash: h.Hash, CompactRevision: h.CompactRev, HashRevision: h.Rev}, nil
 }
 
+// Defragment is `etcdctl defrag`: the engine gives back the space deleted
+// keys still take, now, when it can (kv.Reclaimer), and the call succeeds
+// as etcd's does, with an empty response (etcd sets no header on it). An
+// engine without a Reclaimer manages its space by itself: success, no work.
+//
+// A follower forwards the call to the leader instead of reclaiming the
+// shared store itself: followers never write to it (the badger flush
+// writes), and the store is one for every member, so the leader's
+// reclamation is the member's. Without a leader it answers etcd's "no
+// leader", as for the other calls only the leader serves.
+//
+// A failure of the engine answers as etcd answers a failed defrag: code
+// Unknown with the error's text (etcd 3.6 v3rpc/maintenance.go,
+// togRPCError); a closed store or an ended context with the codes etcd
+// uses for those.
 func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
-	return nil, unimplemented("defragment is not supported: the storage engine reclaims space by itself")
+	role := m.s.current()
+	if !role.leading() {
+		return forward(ctx, role, pb.NewMaintenanceClient, pb.MaintenanceClient.Defragment, r)
+	}
+	rc, ok := m.s.store.(kv.Reclaimer)
+	if !ok {
+		m.s.log.Info("defragment: the storage engine reclaims space by itself; nothing to do")
+		return &pb.DefragmentResponse{}, nil
+	}
+	m.s.log.Info("starting defragment: reclaiming the storage engine's deleted space")
+	start := time.Now()
+	if err := rc.Reclaim(ctx); err != nil {
+		m.s.log.Warn("defragment failed", "err", err)
+		switch {
+		case errors.Is(err, kv.ErrClosed):
+			return nil, rpctypes.ErrGRPCStopped
+		case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			return nil, toGRPC(err)
+		}
+		return nil, status.Error(codes.Unknown, err.Error())
+	}
+	m.s.log.Info("finished defragment", "took", time.Since(start).Round(time.Millisecond))
+	return &pb.DefragmentResponse{}, nil
 }
 
 // snapshotChunk is the size of each streamed piece, as etcd sends them.
