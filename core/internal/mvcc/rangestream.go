@@ -1,12 +1,9 @@
 package mvcc
 
 import (
-	"bytes"
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-
-	"github.com/engramkv/engram/core/internal/coder"
 )
 
 // The reads behind etcd 3.7's KV.RangeStream. The stream (package etcdapi)
@@ -44,17 +41,7 @@ func (b *Backend) RangeChunk(ctx context.Context, req *pb.RangeRequest) (*pb.Ran
 	if req.Limit > 0 && !filtered(req) && (plainOrder(req) || limitBeforeSort(req)) {
 		keep = int(req.Limit) + 1
 	}
-	var entries []entry
-	if len(req.RangeEnd) == 0 {
-		entries, _, err = b.pointEntryAt(ctx, req.Key, rev, keep)
-	} else if start, stop := coder.RevisionRange(req.Key, req.RangeEnd); bytes.Compare(start, stop) < 0 {
-		r := rangeRead{b: b, start: start, stop: stop, rev: rev}
-		batch := 1024
-		if keep > 0 {
-			batch = min(keep, batch)
-		}
-		entries, _, _, err = r.readPage(ctx, keep, batch, false)
-	}
+	entries, err := b.pageAt(ctx, req.Key, req.RangeEnd, rev, keep)
 	if err != nil {
 		return nil, err
 	}
@@ -89,20 +76,4 @@ func (b *Backend) CountRange(ctx context.Context, key, end []byte, rev int64) (c
 		return 0, 0, err
 	}
 	return int64(n), cur, nil
-}
-
-// pinRead resolves a read's revision against the current one (0 or less:
-// the current revision) as Range does, and pins it.
-func (b *Backend) pinRead(cur, rev int64) (int64, func(), error) {
-	if rev > cur {
-		return 0, nil, ErrFutureRev
-	}
-	if rev <= 0 {
-		rev = cur
-	}
-	unpin, err := b.pin(rev)
-	if err != nil {
-		return 0, nil, err
-	}
-	return rev, unpin, nil
 }

@@ -44,14 +44,7 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	if err != nil {
 		return nil, err
 	}
-	rev := req.Revision
-	if rev > cur {
-		return nil, ErrFutureRev
-	}
-	if rev <= 0 {
-		rev = cur
-	}
-	unpin, err := b.pin(rev)
+	rev, unpin, err := b.pinRead(cur, req.Revision)
 	if err != nil {
 		return nil, err
 	}
@@ -74,6 +67,22 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	resp := buildRange(req, entries, count)
 	resp.Header = &pb.ResponseHeader{Revision: cur}
 	return resp, nil
+}
+
+// pinRead resolves a read's revision against the current one (0 or less:
+// the current revision) and pins it.
+func (b *Backend) pinRead(cur, rev int64) (int64, func(), error) {
+	if rev > cur {
+		return 0, nil, ErrFutureRev
+	}
+	if rev <= 0 {
+		rev = cur
+	}
+	unpin, err := b.pin(rev)
+	if err != nil {
+		return 0, nil, err
+	}
+	return rev, unpin, nil
 }
 
 // plainOrder reports whether a range returns keys in ascending order with no
@@ -105,6 +114,10 @@ func filtered(req *pb.RangeRequest) bool {
 // scan), nothing (one count), or a page, whose count either a previous page
 // left in the count cache or a second, header-only scan establishes.
 func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, keep int) ([]entry, int, error) {
+	if keep < 0 {
+		entries, err := b.pageAt(ctx, key, end, rev, -1)
+		return entries, len(entries), err
+	}
 	if len(end) == 0 {
 		return b.pointEntryAt(ctx, key, rev, keep)
 	}
@@ -114,9 +127,6 @@ func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, kee
 	}
 	r := rangeRead{b: b, start: start, stop: stop, rev: rev}
 	switch {
-	case keep < 0:
-		entries, _, _, err := r.readPage(ctx, -1, 1024, false)
-		return entries, len(entries), err
 	case keep == 0:
 		count, _, err := r.countLive(ctx, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, false)
 		return nil, count, err
@@ -125,6 +135,27 @@ func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, kee
 		return r.pageOfCountedRange(ctx, keep, count)
 	}
 	return r.pageThenCount(ctx, keep)
+}
+
+// pageAt returns the live versions at rev of the keys in [key, end) in key
+// order, at most keep of them (keep < 0: all), reading no further and
+// counting nothing past them: one scan, or one lookup for a single key.
+func (b *Backend) pageAt(ctx context.Context, key, end []byte, rev int64, keep int) ([]entry, error) {
+	if len(end) == 0 {
+		entries, _, err := b.pointEntryAt(ctx, key, rev, keep)
+		return entries, err
+	}
+	start, stop := coder.RevisionRange(key, end)
+	if bytes.Compare(start, stop) >= 0 {
+		return nil, nil
+	}
+	r := rangeRead{b: b, start: start, stop: stop, rev: rev}
+	batch := 1024
+	if keep > 0 {
+		batch = min(keep, batch)
+	}
+	entries, _, _, err := r.readPage(ctx, keep, batch, false)
+	return entries, err
 }
 
 // pointEntryAt is entriesAt for the single key key: one lookup of its latest

@@ -226,17 +226,14 @@ func (g *group) checkRangeRevision(rev int64) error {
 		return nil
 	case rev > g.rev:
 		return ErrFutureRev
-	case rev < g.firstRev():
+	case rev < g.b.compactFloor():
+		// The oldest readable revision is the compacted one, or -1
+		// before any compaction: -1 means "current" until the first
+		// compaction, Compact(0) included, and is refused after it.
 		return ErrCompacted
 	}
 	return nil
 }
-
-// firstRev is the oldest revision a read may ask for: the compacted one,
-// or -1 (etcd's value) before any compaction, so that revision -1 means
-// "current" until the first compaction, Compact(0) included, and is
-// refused after it.
-func (g *group) firstRev() int64 { return g.b.compactFloor() }
 
 func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnResponse, error) {
 	resp, _, err := g.execPath(t, path, rev)
