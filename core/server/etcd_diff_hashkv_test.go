@@ -156,6 +156,27 @@ func dialEndpoint(t *testing.T, endpoint string) *clientv3.Client {
 	return c
 }
 
+// doubleChangeSetup is a real etcd and an Engram, each with a client, and
+// the pair of them, for the double-change tests.
+type doubleChangeSetup struct {
+	ctx    context.Context
+	etcd   *etcdtest.Etcd
+	ec, gc *clientv3.Client
+	p      *restartablePair
+}
+
+func newDoubleChangeSetup(t *testing.T) doubleChangeSetup {
+	t.Helper()
+	etcdtest.Require(t)
+	// A hang guard, not a measurement.
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	e := etcdtest.Start(t, etcdtest.Options{})
+	ec := dialEndpoint(t, e.Endpoint)
+	gc := servertest.Start(t, servertest.Options{}).Client(t)
+	return doubleChangeSetup{ctx: ctx, etcd: e, ec: ec, gc: gc, p: hashPair([2]string{"etcd", "engram"}, [2]*clientv3.Client{ec, gc})}
+}
+
 // hashPair is a pair with Maintenance clients, for hashKV.
 func hashPair(names [2]string, cs [2]*clientv3.Client) *restartablePair {
 	p := &restartablePair{pair: &pair{names: names}}
@@ -176,14 +197,8 @@ func hashPair(names [2]string, cs [2]*clientv3.Client) *restartablePair {
 // restored into Engram each answer HashKV and Range at every revision as
 // the etcd that wrote the history does.
 func TestDiffSnapshotDoubleChange(t *testing.T) {
-	etcdtest.Require(t)
-	// A hang guard, not a measurement.
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	e := etcdtest.Start(t, etcdtest.Options{})
-	ec := dialEndpoint(t, e.Endpoint)
-	gc := servertest.Start(t, servertest.Options{}).Client(t)
-	p := hashPair([2]string{"etcd", "engram"}, [2]*clientv3.Client{ec, gc})
+	d := newDoubleChangeSetup(t)
+	ctx, ec, gc, p := d.ctx, d.ec, d.gc, d.p
 	last, kinds := doubleChanges(t, ctx, p.pair)
 	var compactions []int64
 	for _, kind := range []byte{'D', 'A'} {
@@ -299,14 +314,8 @@ func bucketRows(t *testing.T, path string) []string {
 // watch it follows afterwards, and the migrated store answers HashKV, Range
 // and a replayed watch as etcd does.
 func TestDiffMigrateDoubleChange(t *testing.T) {
-	etcdtest.Require(t)
-	// A hang guard, not a measurement.
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	e := etcdtest.Start(t, etcdtest.Options{})
-	ec := dialEndpoint(t, e.Endpoint)
-	gc := servertest.Start(t, servertest.Options{}).Client(t)
-	p := hashPair([2]string{"etcd", "engram"}, [2]*clientv3.Client{ec, gc})
+	d := newDoubleChangeSetup(t)
+	ctx, e, ec, p := d.ctx, d.etcd, d.ec, d.p
 	_, kinds := doubleChanges(t, ctx, p.pair)
 	var compactAt int64
 	for r, k := range kinds {

@@ -308,23 +308,7 @@ func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
 	p.ops(t, ctx, "nested put, later nested delete", opTxn(nil, ops(opPut("n", "4")), nil), opTxn(nil, ops(opDel("n", "")), nil))
 	p.ops(t, ctx, "last", opPut("last", "5"))
 	rp.restart()
-	w := p.watchStreams(t, ctx)
-	w.exchange(t, p, "watch everything from 1", createWatch(&pb.WatchCreateRequest{Key: []byte{0}, RangeEnd: []byte{0}, StartRevision: 1, PrevKv: true}))
-	same(t, p, "replayed events", func(i int) ([]string, error) {
-		var evs []string
-		for {
-			r, err := w[i].Recv()
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range r.Events {
-				evs = append(evs, fmt.Sprintf("%s %s prev=%s", e.Type, showKVs([]*mvccpb.KeyValue{e.Kv}), showKVs([]*mvccpb.KeyValue{e.PrevKv})))
-				if string(e.Kv.Key) == "last" {
-					return evs, nil
-				}
-			}
-		}
-	}, func(evs []string) string { return strings.Join(evs, "\n") })
+	p.replay(t, ctx, "restarted", 1, "last")
 	// HashKV and snapshots over these revisions: etcd_diff_hashkv_test.go.
 }
 
