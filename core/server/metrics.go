@@ -64,8 +64,12 @@ func (s *Server) Interceptors() []grpc.ServerOption {
 		}
 		return handler(srv, ss)
 	}
+	// etcd's gRPC metrics come first, as in etcd, so they see every call,
+	// refused ones included; proposals are counted only once the leader
+	// check let the request through, as etcd counts only proposals made.
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.rpc.unary, unaryLeader),
-		grpc.ChainStreamInterceptor(s.rpc.stream, streamLeader),
+		grpc.ChainUnaryInterceptor(s.etcdM.grpc.UnaryServerInterceptor(), s.rpc.unary, unaryLeader, s.etcdM.proposal),
+		grpc.ChainStreamInterceptor(s.etcdM.grpc.StreamServerInterceptor(), s.rpc.stream, streamLeader, s.etcdM.watchStream),
+		grpc.StatsHandler(bytesHandler{m: s.etcdM}),
 	}
 }

@@ -121,6 +121,7 @@ type Server struct {
 	api     *etcdapi.Services
 	rpc     *rpcMetrics
 	watchM  *watch.Metrics
+	etcdM   *etcdMetrics
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	ready   atomic.Bool
@@ -186,6 +187,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	log := opts.Logger
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer), roleChanged: make(chan struct{})}
+	s.etcdM = newEtcdMetrics(s, opts.Registerer)
 	apiOpts := etcdapi.Options{
 		Store:      opts.Store,
 		Limits:     etcdapi.Limits{MaxRequestBytes: opts.MaxRequestBytes, MaxTxnOps: opts.MaxTxnOps},
@@ -222,7 +224,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
 	log := s.log
 	lessor := lease.New(lease.Options{Clock: s.opts.Clock})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.opts.Store, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir})
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: timedStore{Store: s.opts.Store, seconds: s.etcdM.commitSeconds}, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
 	}
@@ -272,7 +274,10 @@ func (ls *leaderState) stop() {
 }
 
 // Register registers the etcd services on gs.
-func (s *Server) Register(gs *grpc.Server) { s.api.Register(gs) }
+func (s *Server) Register(gs *grpc.Server) {
+	s.api.Register(gs)
+	s.etcdM.grpc.InitializeMetrics(gs)
+}
 
 // Ready returns nil while the server is serving.
 func (s *Server) Ready() error {
@@ -315,6 +320,7 @@ func (s *Server) publishRole(r publishedRole) {
 	s.roleMu.Lock()
 	defer s.roleMu.Unlock()
 	s.role = r
+	s.etcdM.leaderSeen(r.leader)
 	close(s.roleChanged)
 	s.roleChanged = make(chan struct{})
 }
