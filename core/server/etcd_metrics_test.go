@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,19 +38,31 @@ func metricsEngram(t *testing.T) (endpoint, metricsURL string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bs.Close() })
+	n := startMetricsNode(t, server.Options{Store: bs, Name: "metrics"})
+	return n.endpoint, n.url
+}
+
+// metricsNode is an in-process Engram whose registry is served on url.
+type metricsNode struct {
+	endpoint, url string
+	srv           *server.Server
+	stop          func()
+}
+
+// startMetricsNode starts a server with opts (its Store and Name set; the
+// listener, registry and logger are filled in here), stopped by stop or at
+// cleanup.
+func startMetricsNode(t *testing.T, opts server.Options) *metricsNode {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := server.Options{
-		Store:               bs,
-		Logger:              slog.New(slog.DiscardHandler),
-		Registerer:          reg,
-		Name:                "metrics",
-		AdvertiseClientURLs: []string{"http://" + l.Addr().String()},
-	}
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Registerer = reg
+	opts.AdvertiseClientURLs = []string{"http://" + l.Addr().String()}
 	srv, err := server.New(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -58,17 +71,23 @@ func metricsEngram(t *testing.T) (endpoint, metricsURL string) {
 	srv.Register(gs)
 	go func() { _ = gs.Serve(l) }()
 	hs := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			srv.Drain()
+			gs.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := srv.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
 		hs.Close()
-		srv.Drain()
-		gs.Stop()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := srv.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
+		stop()
 	})
-	return l.Addr().String(), hs.URL + "/metrics"
+	return &metricsNode{endpoint: l.Addr().String(), url: hs.URL + "/metrics", srv: srv, stop: stop}
 }
 
 // scrape reads url's Prometheus text exposition with Prometheus' parser.
