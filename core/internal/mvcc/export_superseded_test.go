@@ -83,35 +83,7 @@ func TestExportSupersededVersions(t *testing.T) {
 	same := func(what string, dst *Backend, from int64) {
 		t.Helper()
 		check(what+", copy", dst, exportedRows(t, src))
-		for rev := from; rev <= src.Rev(); rev++ {
-			ha, err := src.HashKV(ctx, rev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			hb, err := dst.HashKV(ctx, rev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ha != hb {
-				t.Errorf("%s: HashKV at %d: original %+v, copy %+v", what, rev, ha, hb)
-			}
-		}
-		ea, _, err := src.Events(ctx, from, src.Rev(), 1<<30)
-		if err != nil {
-			t.Fatal(err)
-		}
-		eb, _, err := dst.Events(ctx, from, dst.Rev(), 1<<30)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ea) != len(eb) {
-			t.Fatalf("%s: %d events in the original, %d in the copy", what, len(ea), len(eb))
-		}
-		for i := range ea {
-			if !proto.Equal(ea[i], eb[i]) {
-				t.Errorf("%s: event %d:\noriginal %v\ncopy     %v", what, i, ea[i], eb[i])
-			}
-		}
+		sameHashesAndEvents(t, what, src, dst, from)
 	}
 	same("never compacted", copyOf(), 2)
 	// Compacted at 5: of b/x only its delete at 5 stays, as etcd's
@@ -123,4 +95,40 @@ func TestExportSupersededVersions(t *testing.T) {
 	}
 	check("compacted at 5", src, []string{"5/1 b/x -", "6/0 c/x 3@c6,v1"})
 	same("compacted at 5", copyOf(), 6)
+}
+
+// sameHashesAndEvents fails t unless copy dst of src answers HashKV at every
+// revision from from on as src does and replays the same events from it.
+func sameHashesAndEvents(t *testing.T, what string, src, dst *Backend, from int64) {
+	t.Helper()
+	ctx := context.Background()
+	for rev := from; rev <= src.Rev(); rev++ {
+		ha, err := src.HashKV(ctx, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hb, err := dst.HashKV(ctx, rev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ha != hb {
+			t.Errorf("%s: HashKV at %d: original %+v, copy %+v", what, rev, ha, hb)
+		}
+	}
+	ea, _, err := src.Events(ctx, from, src.Rev(), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, _, err := dst.Events(ctx, from, dst.Rev(), 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ea) != len(eb) {
+		t.Fatalf("%s: %d events from %d in the original, %d in the copy", what, len(ea), from, len(eb))
+	}
+	for i := range ea {
+		if !proto.Equal(ea[i], eb[i]) {
+			t.Errorf("%s: event %d:\noriginal %v\ncopy     %v", what, i, ea[i], eb[i])
+		}
+	}
 }

@@ -168,34 +168,8 @@ func TestExportImportRoundTrip(t *testing.T) {
 		if a, b := rangeAt(t, src, nil, rev), rangeAt(t, dst, nil, rev); !sameKVs(a, b) {
 			t.Fatalf("range at %d differs:\noriginal %v\ncopy     %v", rev, a, b)
 		}
-		ha, err := src.HashKV(ctx, rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hb, err := dst.HashKV(ctx, rev)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ha != hb {
-			t.Fatalf("HashKV at %d: original %+v, copy %+v", rev, ha, hb)
-		}
 	}
-	ea, _, err := src.Events(ctx, compacted, src.Rev(), 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, _, err := dst.Events(ctx, compacted, dst.Rev(), 1<<30)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ea) != len(eb) {
-		t.Fatalf("%d events from %d in the original, %d in the copy", len(ea), compacted, len(eb))
-	}
-	for i := range ea {
-		if !proto.Equal(ea[i], eb[i]) {
-			t.Fatalf("event %d differs:\noriginal %v\ncopy     %v", i, ea[i], eb[i])
-		}
-	}
+	sameHashesAndEvents(t, "round trip", src, dst, compacted)
 	if a, b := src.Lessor().Keys(101), dst.Lessor().Keys(101); len(a) != len(b) {
 		t.Fatalf("lease 101 holds %d keys in the original, %d in the copy", len(a), len(b))
 	}
