@@ -2,6 +2,7 @@ package etcddiff
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -279,17 +280,7 @@ func byWatcher(ws []*pb.WatchResponse) {
 		}
 		return w.WatchId
 	}
-	slices.SortStableFunc(ws, func(a, b *pb.WatchResponse) int { return cmpInt(rank(a), rank(b)) })
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	slices.SortStableFunc(ws, func(a, b *pb.WatchResponse) int { return cmp.Compare(rank(a), rank(b)) })
 }
 
 var progressRequest = &pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}
