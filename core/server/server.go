@@ -122,6 +122,7 @@ type Server struct {
 	rpc     *rpcMetrics
 	watchM  *watch.Metrics
 	etcdM   *etcdMetrics
+	leaseM  *leaseMetrics
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	ready   atomic.Bool
@@ -188,6 +189,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer), roleChanged: make(chan struct{})}
 	s.etcdM = newEtcdMetrics(s, opts.Registerer)
+	s.leaseM = newLeaseMetrics(s, opts.Registerer)
 	apiOpts := etcdapi.Options{
 		Store:      opts.Store,
 		Limits:     etcdapi.Limits{MaxRequestBytes: opts.MaxRequestBytes, MaxTxnOps: opts.MaxTxnOps},
@@ -246,6 +248,9 @@ func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), r
 			_, err := backend.RevokeLease(ctx, id)
 			if errors.Is(err, mvcc.ErrLeaseNotFound) {
 				return nil
+			}
+			if err == nil {
+				s.leaseM.expired.Inc()
 			}
 			return err
 		}, time.Second)

@@ -1,0 +1,37 @@
+package server
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// leaseMetrics describe the leader's leases for Engram's dashboard: how many
+// are live and how many ran out (grants, revocations and keepalives are
+// engram_grpc_* by method).
+type leaseMetrics struct {
+	expired prometheus.Counter
+}
+
+// newLeaseMetrics registers the lease metrics with reg, if non-nil. The
+// live count reads the lessor of the leader state this node holds, if any.
+func newLeaseMetrics(s *Server, reg prometheus.Registerer) *leaseMetrics {
+	m := &leaseMetrics{
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "lease", Name: "expired_total",
+			Help: "Leases revoked because their TTL ran out (their keys deleted), on this node while it led."}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.expired, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "lease", Name: "active",
+		Help: "Live leases held by this node as leader; 0 on a follower."},
+		func() float64 {
+			if !s.ready.Load() {
+				return 0
+			}
+			s.mu.Lock()
+			ls := s.leader
+			s.mu.Unlock()
+			if ls == nil {
+				return 0
+			}
+			return float64(len(ls.lessor.List()))
+		}))
+	return m
+}
