@@ -59,11 +59,11 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 func (k *kvServer) rangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingServer[pb.RangeStreamResponse]) error {
 	ctx := stream.Context()
 	if r.CountOnly {
-		count, cur, err := k.s.current().Backend.CountRange(ctx, r.Key, r.RangeEnd, r.Revision)
+		resp, err := k.s.current().Backend.Range(ctx, r)
 		if err != nil {
 			return err
 		}
-		return stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Header: k.s.header(cur), Count: count}})
+		return stream.Send(&pb.RangeStreamResponse{RangeResponse: &pb.RangeResponse{Header: k.s.header(resp.Header.Revision), Count: resp.Count}})
 	}
 	total := r.Limit
 	if total == 0 {
@@ -92,11 +92,11 @@ func (k *kvServer) rangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 		if done {
 			out.Header, out.More, out.Count = k.s.header(headerRev), resp.More, sent
 			if resp.More {
-				rest, _, err := k.s.current().Backend.CountRange(ctx, next, r.RangeEnd, r.Revision)
+				rest, err := k.s.current().Backend.Range(ctx, &pb.RangeRequest{Key: next, RangeEnd: r.RangeEnd, Revision: r.Revision, CountOnly: true})
 				if err != nil {
 					return err
 				}
-				out.Count += rest
+				out.Count += rest.Count
 			}
 		}
 		if err := stream.Send(&pb.RangeStreamResponse{RangeResponse: out}); err != nil {

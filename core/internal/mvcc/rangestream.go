@@ -38,7 +38,7 @@ func (b *Backend) RangeChunk(ctx context.Context, req *pb.RangeRequest) (*pb.Ran
 	}
 	defer unpin()
 	keep := -1
-	if req.Limit > 0 && !filtered(req) && (plainOrder(req) || limitBeforeSort(req)) {
+	if req.Limit > 0 && (plainOrder(req) || limitBeforeSort(req)) {
 		keep = int(req.Limit) + 1
 	}
 	entries, err := b.pageAt(ctx, req.Key, req.RangeEnd, rev, keep)
@@ -53,27 +53,4 @@ func (b *Backend) RangeChunk(ctx context.Context, req *pb.RangeRequest) (*pb.Ran
 	}
 	resp.Header = &pb.ResponseHeader{Revision: cur}
 	return resp, nil
-}
-
-// CountRange counts the keys live in [key, end) (end empty: the key alone)
-// at rev (0: the current revision), without keeping any of them, and
-// returns the count with the current revision.
-func (b *Backend) CountRange(ctx context.Context, key, end []byte, rev int64) (count, cur int64, err error) {
-	if b.closed.Load() {
-		return 0, 0, ErrClosed
-	}
-	cur, _, err = b.readRevisions(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	rev, unpin, err := b.pinRead(cur, rev)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer unpin()
-	_, n, err := b.entriesAt(ctx, key, end, rev, 0)
-	if err != nil {
-		return 0, 0, err
-	}
-	return int64(n), cur, nil
 }

@@ -49,11 +49,14 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 		return nil, err
 	}
 	defer unpin()
-	// Without sorting or filters only the first Limit entries are kept;
-	// the rest are only counted. With a sort target but no order, etcd
-	// reads one entry past the limit in key order and sorts only those.
+	// count_only keeps nothing: the range is only counted. Without sorting
+	// or filters only the first Limit entries are kept; the rest are only
+	// counted. With a sort target but no order, etcd reads one entry past
+	// the limit in key order and sorts only those.
 	keep := -1
 	switch {
+	case req.CountOnly:
+		keep = 0
 	case req.Limit <= 0:
 	case plainOrder(req):
 		keep = int(req.Limit)
@@ -128,7 +131,7 @@ func (b *Backend) entriesAt(ctx context.Context, key, end []byte, rev int64, kee
 	r := rangeRead{b: b, start: start, stop: stop, rev: rev}
 	switch {
 	case keep == 0:
-		count, _, err := r.countLive(ctx, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, false)
+		count, _, err := r.countLive(ctx, kv.ScanOptions{Start: start, End: stop, BatchSize: 4096, ValuePrefix: maxHeaderLen}, false)
 		return nil, count, err
 	}
 	if count, ok := b.counts.count(stop, rev, start); ok {
