@@ -3,7 +3,9 @@
 // on top of the MVCC backend, the watch hub and the lessor.
 //
 // It owns the wire contract: request validation with etcd's exact errors,
-// limits, response headers, watch stream framing and progress requests. It
+// limits, the headers of top-level responses (those inside a Txn come from
+// mvcc, which executed it), RangeStream's chunking, and the watch stream's
+// IDs and progress requests (the hub frames events into responses). It
 // must not hold data or decide semantics that belong to mvcc or watch; it
 // translates.
 package etcdapi

@@ -1,7 +1,7 @@
 // Package watch owns etcd watch semantics: delivering every committed event
 // in a key range from a start revision onward, in revision order, with no gap
-// and no duplicate, plus progress notifications and cancellation on
-// compaction.
+// and no duplicate, framed into responses as etcd frames them, plus progress
+// notifications and cancellation on compaction.
 //
 // Design. The MVCC writer hands each committed group of events to the Hub
 // (Notify) before acknowledging the writes. The Hub keeps the most recent
