@@ -79,22 +79,20 @@ type Binaries struct {
 // error when the etcd found is not 3.6 (e.g. bin/etcd left linked to
 // Debian's 3.4 by bench-tools' fallback).
 func Find() (Binaries, error) {
-	dir, err := binDir()
+	etcd, err := FindServer(Release36)
 	if err != nil {
 		return Binaries{}, err
 	}
+	dir := filepath.Dir(etcd)
 	b := Binaries{
-		Etcd:    filepath.Join(dir, "etcd"),
+		Etcd:    etcd,
 		Etcdctl: filepath.Join(dir, "etcdctl36"),
 		Etcdutl: filepath.Join(dir, "etcdutl"),
 	}
-	for _, p := range []string{b.Etcd, b.Etcdctl, b.Etcdutl} {
-		if fi, err := os.Stat(p); err != nil || fi.IsDir() {
-			return Binaries{}, fmt.Errorf("%w: no %s", ErrNotInstalled, p)
+	for _, p := range []string{b.Etcdctl, b.Etcdutl} {
+		if err := present(p); err != nil {
+			return Binaries{}, err
 		}
-	}
-	if err := checkVersion(b.Etcd, Release36); err != nil {
-		return Binaries{}, err
 	}
 	return b, nil
 }
@@ -111,13 +109,21 @@ func FindServer(rel Release) (string, error) {
 		return "", err
 	}
 	p := filepath.Join(dir, name)
-	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
-		return "", fmt.Errorf("%w: no %s", ErrNotInstalled, p)
+	if err := present(p); err != nil {
+		return "", err
 	}
 	if err := checkVersion(p, rel); err != nil {
 		return "", err
 	}
 	return p, nil
+}
+
+// present returns ErrNotInstalled (wrapped) unless file p exists.
+func present(p string) error {
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() {
+		return fmt.Errorf("%w: no %s", ErrNotInstalled, p)
+	}
+	return nil
 }
 
 // binDir is $ENGRAM_ETCD_BIN_DIR, else <repo root>/bin.
