@@ -7,6 +7,15 @@ import "github.com/prometheus/client_golang/prometheus"
 // engram_grpc_* by method).
 type leaseMetrics struct {
 	expired prometheus.Counter
+	// etcdExpired is etcd's own name for the same count: etcd's leader
+	// counts an expired lease once its revocation succeeded, as here.
+	etcdExpired prometheus.Counter
+}
+
+// leaseExpired counts a lease revoked because its TTL ran out.
+func (m *leaseMetrics) leaseExpired() {
+	m.expired.Inc()
+	m.etcdExpired.Inc()
 }
 
 // newLeaseMetrics registers the lease metrics with reg, if non-nil. The
@@ -15,11 +24,13 @@ func newLeaseMetrics(s *Server, reg prometheus.Registerer) *leaseMetrics {
 	m := &leaseMetrics{
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "lease", Name: "expired_total",
 			Help: "Leases revoked because their TTL ran out (their keys deleted), on this node while it led."}),
+		etcdExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "server", Name: "lease_expired_total",
+			Help: "The total number of expired leases."}),
 	}
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.expired, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "lease", Name: "active",
+	reg.MustRegister(m.expired, m.etcdExpired, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "lease", Name: "active",
 		Help: "Live leases held by this node as leader; 0 on a follower."},
 		func() float64 {
 			if !s.ready.Load() {

@@ -250,7 +250,7 @@ func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), r
 				return nil
 			}
 			if err == nil {
-				s.leaseM.expired.Inc()
+				s.leaseM.leaseExpired()
 			}
 			return err
 		}, time.Second)
