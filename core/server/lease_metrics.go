@@ -10,12 +10,15 @@ type leaseMetrics struct {
 	// etcdExpired is etcd's own name for the same count: etcd's leader
 	// counts an expired lease once its revocation succeeded, as here.
 	etcdExpired prometheus.Counter
+	// etcd is etcd's lessor metrics; an expiry is a revocation there.
+	etcd *etcdLeaseMetrics
 }
 
 // leaseExpired counts a lease revoked because its TTL ran out.
 func (m *leaseMetrics) leaseExpired() {
 	m.expired.Inc()
 	m.etcdExpired.Inc()
+	m.etcd.revoked.Inc()
 }
 
 // newLeaseMetrics registers the lease metrics with reg, if non-nil. The
@@ -26,6 +29,7 @@ func newLeaseMetrics(s *Server, reg prometheus.Registerer) *leaseMetrics {
 			Help: "Leases revoked because their TTL ran out (their keys deleted), on this node while it led."}),
 		etcdExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "server", Name: "lease_expired_total",
 			Help: "The total number of expired leases."}),
+		etcd: newEtcdLeaseMetrics(reg),
 	}
 	if reg == nil {
 		return m
