@@ -35,6 +35,7 @@ type etcdMetrics struct {
 	watchStreams     prometheus.Gauge
 	sentBytes        prometheus.Counter
 	receivedBytes    prometheus.Counter
+	mvcc             *mvccMetrics
 
 	// lastLeader is the last known leader counted in leaderChanges; only
 	// publishRole touches it, under roleMu.
@@ -60,6 +61,7 @@ func newEtcdMetrics(s *Server, reg prometheus.Registerer) *etcdMetrics {
 			Help: "The total number of bytes sent to grpc clients."}),
 		receivedBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network", Name: "client_grpc_received_bytes_total",
 			Help: "The total number of bytes received from grpc clients."}),
+		mvcc: newMVCCMetrics(reg, s.leaseKeyCount),
 	}
 	if reg == nil {
 		return m
