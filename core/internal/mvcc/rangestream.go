@@ -25,14 +25,7 @@ import (
 // lease: etcd 3.7 answers such a read from its key index alone, which holds
 // revisions and versions but not leases.
 func (b *Backend) RangeChunk(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if b.closed.Load() {
-		return nil, ErrClosed
-	}
-	cur, _, err := b.readRevisions(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rev, unpin, err := b.pinRead(cur, req.Revision)
+	cur, rev, unpin, err := b.pinRead(ctx, req.Revision)
 	if err != nil {
 		return nil, err
 	}

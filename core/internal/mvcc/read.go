@@ -37,14 +37,7 @@ func (e *entry) keyValue(withValue bool) *mvccpb.KeyValue {
 // Range serves an etcd Range at req.Revision (0 = current). How a read at a
 // past revision finds its versions: (DESIGN.md, "Reads at a revision").
 func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if b.closed.Load() {
-		return nil, ErrClosed
-	}
-	cur, _, err := b.readRevisions(ctx)
-	if err != nil {
-		return nil, err
-	}
-	rev, unpin, err := b.pinRead(cur, req.Revision)
+	cur, rev, unpin, err := b.pinRead(ctx, req.Revision)
 	if err != nil {
 		return nil, err
 	}
@@ -72,20 +65,25 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	return resp, nil
 }
 
-// pinRead resolves a read's revision against the current one (0 or less:
-// the current revision) and pins it.
-func (b *Backend) pinRead(cur, rev int64) (int64, func(), error) {
+// pinRead reads the current revision, resolves a read's revision against
+// it (0 or less: the current revision) and pins it; it returns both.
+func (b *Backend) pinRead(ctx context.Context, rev int64) (cur, at int64, unpin func(), err error) {
+	if b.closed.Load() {
+		return 0, 0, nil, ErrClosed
+	}
+	if cur, _, err = b.readRevisions(ctx); err != nil {
+		return 0, 0, nil, err
+	}
 	if rev > cur {
-		return 0, nil, ErrFutureRev
+		return 0, 0, nil, ErrFutureRev
 	}
 	if rev <= 0 {
 		rev = cur
 	}
-	unpin, err := b.pin(rev)
-	if err != nil {
-		return 0, nil, err
+	if unpin, err = b.pin(rev); err != nil {
+		return 0, 0, nil, err
 	}
-	return rev, unpin, nil
+	return cur, rev, unpin, nil
 }
 
 // plainOrder reports whether a range returns keys in ascending order with no
