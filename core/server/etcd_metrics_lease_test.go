@@ -1,13 +1,9 @@
 package server_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/engramkv/engram/internal/etcdtest"
 )
@@ -17,13 +13,7 @@ import (
 // the second.
 func leaseDay(t *testing.T, endpoint string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx, conn := rawConn(t, endpoint)
 	lc := pb.NewLeaseClient(conn)
 	a, err := lc.LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 60})
 	if err != nil {

@@ -111,13 +111,7 @@ func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
 // scrape should show has been touched.
 func exercise(t *testing.T, endpoint string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx, conn := rawConn(t, endpoint)
 	kvc, lc := pb.NewKVClient(conn), pb.NewLeaseClient(conn)
 	for _, k := range []string{"a", "b", "c"} {
 		if _, err := kvc.Put(ctx, &pb.PutRequest{Key: []byte(k), Value: []byte("v")}); err != nil {
@@ -154,12 +148,8 @@ func exercise(t *testing.T, endpoint string) {
 // dbSize is the DbSize Status reports.
 func dbSize(t *testing.T, endpoint string) int64 {
 	t.Helper()
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	st, err := pb.NewMaintenanceClient(conn).Status(context.Background(), &pb.StatusRequest{})
+	ctx, conn := rawConn(t, endpoint)
+	st, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,4 +329,19 @@ func bounds(f *dto.MetricFamily) []float64 {
 		b = append(b, bk.GetUpperBound())
 	}
 	return b
+}
+
+// rawConn is a plain gRPC connection to endpoint, without clientv3's
+// retries, so every request a metrics test sends is counted once; it and
+// the returned context (a hang guard, not a measurement) end with the test.
+func rawConn(t *testing.T, endpoint string) (context.Context, *grpc.ClientConn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return ctx, conn
 }

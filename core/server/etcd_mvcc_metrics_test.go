@@ -1,14 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/engramkv/engram/internal/etcdtest"
 )
@@ -19,13 +15,7 @@ var mvccCounters = []string{"etcd_mvcc_range_total", "etcd_mvcc_put_total", "etc
 // moves etcd's MVCC counters differently.
 func mvccDay(t *testing.T, endpoint string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	ctx, conn := rawConn(t, endpoint)
 	kv, lc := pb.NewKVClient(conn), pb.NewLeaseClient(conn)
 	k := func(s string) []byte { return []byte("/mvcc/" + s) }
 	must := func(_ any, err error) {
