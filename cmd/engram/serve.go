@@ -247,6 +247,12 @@ func serverOptions(cfg config.Config, store kv.Store, logger *slog.Logger, reg p
 			RenewInterval: cfg.Cluster.RenewInterval,
 			ClientTLS:     clusterTLS,
 		},
+		Auth: server.AuthOptions{
+			Token:      cfg.Auth.Token,
+			TokenTTL:   cfg.Auth.TokenTTL,
+			BcryptCost: cfg.Auth.BcryptCost,
+		},
+		QuotaBackendBytes: cfg.QuotaBackendBytes,
 	}, nil
 }
 

@@ -87,6 +87,26 @@ type Options struct {
 
 	// Cluster runs several nodes over one shared store.
 	Cluster ClusterOptions
+
+	// Auth says how authentication tokens are made; users, roles and
+	// whether auth is on live in the store.
+	Auth AuthOptions
+
+	// QuotaBackendBytes raises the NOSPACE alarm once the store reports
+	// more bytes than this (kv.Sizer); 0 sets no quota.
+	QuotaBackendBytes int64
+}
+
+// AuthOptions configure the tokens of etcd's authentication.
+type AuthOptions struct {
+	// Token is etcd's --auth-token value: "simple" (or "") or
+	// "jwt,pub-key=FILE,priv-key=FILE,sign-method=ALG[,ttl=DURATION]".
+	Token string
+	// TokenTTL is a simple token's lifetime after its last use; 0 means
+	// etcd's 300s.
+	TokenTTL time.Duration
+	// BcryptCost hashes passwords; 0 means etcd's 10.
+	BcryptCost int
 }
 
 // ClusterOptions configure leader election among nodes sharing a store.

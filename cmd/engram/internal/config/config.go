@@ -72,6 +72,18 @@ type Config struct {
 	// Cluster runs several Engram nodes over one shared store.
 	Cluster Cluster `koanf:"cluster"`
 
+	// Auth configures etcd's user/role authentication, which is off until
+	// a client runs `etcdctl auth enable`.
+	Auth Auth `koanf:"auth"`
+
+	// QuotaBackendBytes raises etcd's NOSPACE alarm once the storage
+	// engine reports more bytes than this (etcd: --quota-backend-bytes).
+	// While the alarm is on, requests that add data are refused and reads,
+	// deletes and compactions still run; `etcdctl alarm disarm` clears it
+	// once space is back. 0 sets no quota: unlike etcd's bbolt file, most
+	// engines (TiKV, a database behind a plugin) manage their own space.
+	QuotaBackendBytes int64 `koanf:"quota-backend-bytes" help:"raise the NOSPACE alarm and refuse writes above this many stored bytes (0 = no quota)"`
+
 	// ShutdownTimeout bounds the graceful part of a shutdown: how long
 	// in-flight gRPC calls may run on after SIGTERM/SIGINT before the
 	// remaining connections are cut. Open watch streams never end on their
@@ -173,6 +185,22 @@ type ClusterTLS struct {
 	CAFile   string `koanf:"ca-file" help:"PEM CA that signed the members' server certificates"`
 	CertFile string `koanf:"cert-file" help:"PEM client certificate for forwarding (needed when members require client certificates)"`
 	KeyFile  string `koanf:"key-file" help:"PEM private key of cluster.tls.cert-file"`
+}
+
+// Auth configures authentication with users and roles (etcd's auth). The
+// users, roles and the enabled flag live in the store, so every member of
+// a cluster shares them; these keys only say how tokens are made.
+type Auth struct {
+	// Token is etcd's --auth-token: "simple" (random tokens kept by the
+	// member that issued them, for TokenTTL after their last use), or
+	// "jwt,pub-key=FILE,priv-key=FILE,sign-method=RS256[,ttl=5m]" (signed
+	// tokens any member can check; use it for clusters).
+	Token string `koanf:"token" help:"token type: simple, or jwt,pub-key=FILE,priv-key=FILE,sign-method=ALG[,ttl=DURATION] (etcd's --auth-token)"`
+	// TokenTTL is how long a simple token lives after its last use (etcd:
+	// --auth-token-ttl, 300s).
+	TokenTTL time.Duration `koanf:"token-ttl" help:"lifetime of a simple token after its last use"`
+	// BcryptCost is the cost of hashing passwords (etcd: --bcrypt-cost).
+	BcryptCost int `koanf:"bcrypt-cost" help:"bcrypt cost of password hashes (4 to 31)"`
 }
 
 // Limits bound requests, as etcd's flags of the same names do.

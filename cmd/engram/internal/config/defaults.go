@@ -28,8 +28,10 @@ func Default() Config {
 		Log:   Log{Level: "info", Format: "text"},
 		Watch: Watch{ProgressNotifyInterval: 10 * time.Minute},
 		// etcd's defaults: 1.5 MiB and 128 operations.
-		Limits:          Limits{MaxRequestBytes: 1536 * 1024, MaxTxnOps: 128},
-		Cluster:         Cluster{LeaseDuration: 5 * time.Second, RenewInterval: 1250 * time.Millisecond},
+		Limits:  Limits{MaxRequestBytes: 1536 * 1024, MaxTxnOps: 128},
+		Cluster: Cluster{LeaseDuration: 5 * time.Second, RenewInterval: 1250 * time.Millisecond},
+		// etcd's defaults.
+		Auth:            Auth{Token: "simple", TokenTTL: 300 * time.Second, BcryptCost: 10},
 		ShutdownTimeout: 5 * time.Second,
 		// Automatic (90% of the container's or machine's memory) rather than
 		// a fixed size: a fixed limit below the live heap makes the collector
