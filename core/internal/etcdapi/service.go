@@ -10,6 +10,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
+	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/kv"
 )
 
@@ -29,6 +30,9 @@ type Options struct {
 	// Members lists the cluster's members for MemberList; nil reports
 	// this node alone.
 	Members func(context.Context) ([]*pb.Member, error)
+	// Auth answers who calls and what they may do; nil means auth can
+	// never be on (tests of other concerns).
+	Auth auth.Checker
 }
 
 // Services implements the etcd v3 gRPC services.
@@ -42,6 +46,7 @@ type Services struct {
 	version  string
 	memberID uint64
 	members  func(context.Context) ([]*pb.Member, error)
+	auth     auth.Checker
 	// draining is closed by Drain: long-lived streams end so a graceful
 	// gRPC stop does not wait on them.
 	draining  chan struct{}
@@ -65,6 +70,7 @@ func New(opts Options) *Services {
 		version:  opts.Version,
 		memberID: MemberID(opts.Name),
 		members:  opts.Members,
+		auth:     opts.Auth,
 		draining: make(chan struct{}),
 	}
 	opts.Role.ended = make(chan struct{})

@@ -1,0 +1,48 @@
+// Package auth owns etcd's authentication and authorisation state: users
+// (with password hashes, or none for certificate-only users), roles with
+// key-range permissions, the enabled switch and the auth revision, kept in
+// the store's meta space so that every member of a cluster shares them; and
+// the tokens (simple or JWT) that name a user on later requests. It answers
+// two questions with etcd's own errors: who makes this request, and may
+// they do this.
+//
+// It must not serve gRPC (etcdapi does) nor decide which permissions a
+// request needs (etcdapi's authorisation step walks each request, nested
+// Txn ops included, and asks this package about each key range).
+package auth
+
+import "context"
+
+// Info is who makes a request: the user a token or a TLS client
+// certificate names, and the auth revision the token was issued at
+// (etcd refuses a token older than a change of users or roles).
+type Info struct {
+	Username string
+	Revision uint64
+}
+
+// Checker is what the request path asks of the auth state. Every method is
+// safe for concurrent use and answers from memory: none may read the store
+// on a request's path.
+type Checker interface {
+	// Enabled reports whether auth is on; when it is off no check applies
+	// and every method below answers nil.
+	Enabled() bool
+	// Caller names the caller of ctx: the user of the "token" metadata,
+	// else (with client certificate authentication) the common name of
+	// the verified TLS client certificate. It answers (nil, nil) when
+	// auth is off or the request carries neither, and etcd's invalid-token
+	// error for a token it does not know.
+	Caller(ctx context.Context) (*Info, error)
+	// IsRangePermitted reports whether the caller may read [key, rangeEnd)
+	// (rangeEnd as in a RangeRequest: empty for one key, "\x00" for every
+	// key from key on).
+	IsRangePermitted(ai *Info, key, rangeEnd []byte) error
+	// IsPutPermitted reports whether the caller may write key.
+	IsPutPermitted(ai *Info, key []byte) error
+	// IsDeleteRangePermitted reports whether the caller may write every key
+	// of [key, rangeEnd).
+	IsDeleteRangePermitted(ai *Info, key, rangeEnd []byte) error
+	// IsAdminPermitted reports whether the caller holds the root role.
+	IsAdminPermitted(ai *Info) error
+}
