@@ -36,6 +36,10 @@ type Options struct {
 	Name string
 	// Cluster, when set, runs the node as a member of a cluster over Store.
 	Cluster *server.ClusterOptions
+	// Auth as in server.Options (token type and lifetimes).
+	Auth server.AuthOptions
+	// QuotaBackendBytes as in server.Options; 0 sets no quota.
+	QuotaBackendBytes int64
 }
 
 // Server is a running in-process server.

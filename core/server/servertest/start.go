@@ -35,6 +35,8 @@ func start(t testing.TB, opts Options) *Server {
 		ProgressNotifyInterval: opts.ProgressNotifyInterval,
 		Clock:                  opts.Clock,
 		Name:                   "servertest",
+		Auth:                   opts.Auth,
+		QuotaBackendBytes:      opts.QuotaBackendBytes,
 	}
 	if opts.Name != "" {
 		sopts.Name = opts.Name
