@@ -127,32 +127,31 @@ func (m *etcdMetrics) proposal(ctx context.Context, req any, info *grpc.UnarySer
 	return resp, err
 }
 
-// isProposal reports whether etcd would put req through raft: writes, a
-// Txn unless it only reads, compaction and lease grants and revocations.
+// isProposal reports whether etcd would put req through raft: writes,
+// compaction, lease grants and revocations, and every Txn but one whose
+// branches hold nothing but Ranges. A Txn that nests another goes through
+// raft even when the nested one only reads (etcd's IsTxnReadonly looks at
+// the top level alone), so it is counted too.
 func isProposal(req any) bool {
 	switch r := req.(type) {
 	case *pb.PutRequest, *pb.DeleteRangeRequest, *pb.CompactionRequest, *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest:
 		return true
 	case *pb.TxnRequest:
-		return txnWrites(r)
+		return !txnOnlyRanges(r)
 	}
 	return false
 }
 
-// txnWrites reports whether any branch of t (nested Txns included) writes,
-// as etcd's isTxnReadonly decides.
-func txnWrites(t *pb.TxnRequest) bool {
+// txnOnlyRanges reports whether every op of both branches of t is a Range.
+func txnOnlyRanges(t *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
 		for _, op := range ops {
-			switch {
-			case op.GetRequestPut() != nil, op.GetRequestDeleteRange() != nil:
-				return true
-			case op.GetRequestTxn() != nil && txnWrites(op.GetRequestTxn()):
-				return true
+			if op.GetRequestRange() == nil {
+				return false
 			}
 		}
 	}
-	return false
+	return true
 }
 
 // watchStream counts open Watch streams, as etcd counts its watch streams.
