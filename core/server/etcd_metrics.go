@@ -137,21 +137,9 @@ func isProposal(req any) bool {
 	case *pb.PutRequest, *pb.DeleteRangeRequest, *pb.CompactionRequest, *pb.LeaseGrantRequest, *pb.LeaseRevokeRequest:
 		return true
 	case *pb.TxnRequest:
-		return !txnOnlyRanges(r)
+		return !onlyRanges(r)
 	}
 	return false
-}
-
-// txnOnlyRanges reports whether every op of both branches of t is a Range.
-func txnOnlyRanges(t *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // watchStream counts open Watch streams, as etcd counts its watch streams.
