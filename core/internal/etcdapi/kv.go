@@ -18,6 +18,9 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 	if err := k.s.limits.checkRange(r); err != nil {
 		return nil, err
 	}
+	if err := k.s.authorize(ctx, needRange(r)); err != nil {
+		return nil, err
+	}
 	resp, err := k.s.current().Backend.Range(ctx, r)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -34,8 +37,14 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 		return nil, err
 	}
 	role := k.s.current()
+	if err := k.s.authorize(ctx, needPut(r, role.leaseKeys())); err != nil {
+		return nil, err
+	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Put, r)
+	}
+	if err := k.s.admitWrite(ctx, role, r); err != nil {
+		return nil, err
 	}
 	resp, err := role.Backend.Put(ctx, r)
 	if err != nil {
@@ -53,6 +62,9 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 		return nil, err
 	}
 	role := k.s.current()
+	if err := k.s.authorize(ctx, needDelete(r)); err != nil {
+		return nil, err
+	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewKVClient, pb.KVClient.DeleteRange, r)
 	}
@@ -72,8 +84,14 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 		return nil, err
 	}
 	role := k.s.current()
+	if err := k.s.authorize(ctx, needTxn(r, role.leaseKeys())); err != nil {
+		return nil, err
+	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Txn, r)
+	}
+	if err := k.s.admitWrite(ctx, role, r); err != nil {
+		return nil, err
 	}
 	resp, err := role.Backend.Txn(ctx, r)
 	if err != nil {
@@ -91,6 +109,9 @@ func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
 }
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
+	if err := k.s.authorizeToken(ctx); err != nil {
+		return nil, err
+	}
 	role := k.s.current()
 	if !role.leading() {
 		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Compact, r)

@@ -22,6 +22,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 	if r.TTL > lease.MaxTTL {
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
+	if err := l.s.admitWrite(ctx, role, r); err != nil {
+		return nil, err
+	}
 	// A negative ID is granted as etcd grants it: only 0 means "choose one".
 	id := r.ID
 	if id == 0 {
@@ -37,6 +40,9 @@ func (l *leaseServer) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (
 
 func (l *leaseServer) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
 	role := l.s.current()
+	if err := l.s.authorize(ctx, needLeaseRevoke(r.ID, role.leaseKeys())); err != nil {
+		return nil, err
+	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseRevoke, r)
 	}
@@ -92,6 +98,9 @@ func (l *leaseServer) keepAlive(role *Role, stream pb.Lease_LeaseKeepAliveServer
 
 func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	role := l.s.current()
+	if err := l.s.authorize(ctx, needLeaseReads(role.leaseKeys(), r.ID)); err != nil {
+		return nil, err
+	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseTimeToLive, r)
 	}
@@ -109,6 +118,9 @@ func (l *leaseServer) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLive
 
 func (l *leaseServer) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	role := l.s.current()
+	if err := l.s.authorize(ctx, needLeaseList(role)); err != nil {
+		return nil, err
+	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewLeaseClient, pb.LeaseClient.LeaseLeases, r)
 	}

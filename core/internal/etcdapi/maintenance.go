@@ -24,6 +24,9 @@ type maintenanceServer struct {
 }
 
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if err := m.s.authorizeCaller(ctx); err != nil {
+		return nil, err
+	}
 	var size int64
 	if sz, ok := m.s.store.(kv.Sizer); ok {
 		if n, err := sz.Size(); err == nil {
@@ -32,7 +35,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 	}
 	role := m.s.current()
 	rev := role.Backend.Rev()
-	return &pb.StatusResponse{
+	resp := &pb.StatusResponse{
 		Header:           m.s.header(rev),
 		Version:          m.s.version,
 		DbSize:           size,
@@ -42,7 +45,9 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftTerm:         1,
 		RaftAppliedIndex: uint64(rev),
 		StorageVersion:   "3.6.0",
-	}, nil
+	}
+	m.s.statusAlarms(ctx, resp)
+	return resp, nil
 }
 
 // Hash answers etcd's deprecated whole-database hash. etcd hashes its bbolt
@@ -50,6 +55,9 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 // current revision, which is comparable between Engram nodes and stable
 // across restarts, but not with etcd's Hash.
 func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
+	if err := m.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
+	}
 	h, err := m.s.current().Backend.HashKV(ctx, 0)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -60,6 +68,9 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 // HashKV computes etcd's own HashKV value, so `etcdctl endpoint hashkv`
 // agrees between etcd and Engram stores holding the same history.
 func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
+	if err := m.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
+	}
 	h, err := m.s.current().Backend.HashKV(ctx, r.Revision)
 	if err != nil {
 		return nil, toGRPC(err)
@@ -83,6 +94,9 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 // togRPCError); a closed store or an ended context with the codes etcd
 // uses for those.
 func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequest) (*pb.DefragmentResponse, error) {
+	if err := m.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
+	}
 	role := m.s.current()
 	if !role.leading() {
 		return forward(ctx, role, pb.NewMaintenanceClient, pb.MaintenanceClient.Defragment, r)
@@ -104,6 +118,7 @@ func (m *maintenanceServer) Defragment(ctx context.Context, r *pb.DefragmentRequ
 		}
 		return nil, status.Error(codes.Unknown, err.Error())
 	}
+	m.s.quota.remeasure() // space was given back: the quota sees it now
 	m.s.log.Info("finished defragment", "took", time.Since(start).Round(time.Millisecond))
 	return &pb.DefragmentResponse{}, nil
 }
@@ -118,6 +133,9 @@ const snapshotChunk = 32 << 10
 // RemainingBytes is exact and server memory stays bounded whatever the data
 // size), then streamed and removed.
 func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_SnapshotServer) error {
+	if err := m.s.authorizeAdmin(s.Context()); err != nil {
+		return err
+	}
 	ctx := s.Context()
 	b := m.s.current().Backend
 	path, err := backup.TempFile(b.TempDir())
@@ -160,5 +178,8 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_Sna
 }
 
 func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
+	if err := m.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
+	}
 	return nil, unimplemented("downgrade is not supported")
 }

@@ -42,6 +42,9 @@ func (k *kvServer) RangeStream(r *pb.RangeRequest, stream grpc.ServerStreamingSe
 	if err := k.s.limits.checkRange(r); err != nil {
 		return err
 	}
+	if err := k.s.authorize(stream.Context(), needRange(r)); err != nil {
+		return err
+	}
 	if r.SortOrder != pb.RangeRequest_NONE && (r.SortTarget != pb.RangeRequest_KEY || r.SortOrder != pb.RangeRequest_ASCEND) {
 		return status.Error(codes.Unimplemented, "RangeStream does not support custom sort orders")
 	}

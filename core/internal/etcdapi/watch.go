@@ -191,6 +191,9 @@ func (ws *watchStream) create(cr *pb.WatchCreateRequest) error {
 	if req.StartRevision < 0 {
 		return refuse(rpctypes.ErrCompacted.Error())
 	}
+	if reason := ws.s.watchRefusal(ws.ctx, cr); reason != "" {
+		return refuse(reason)
+	}
 	if err := ws.s.limits.checkKey(cr.Key); err != nil {
 		// Engram's own key limit (etcd has none) is refused the same
 		// way: under the client's own ID, the refusal could be taken
