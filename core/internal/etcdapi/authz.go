@@ -40,7 +40,7 @@ func (s *Services) authorize(ctx context.Context, need func(auth.Checker, *auth.
 
 // authorizeAdmin requires the root role, as etcd's maintenance calls
 // (Snapshot, Defragment, Hash, HashKV, MoveLeader, Downgrade, Alarm other
-// than GET) and membership changes do.
+// than GET), Compact and membership changes do.
 func (s *Services) authorizeAdmin(ctx context.Context) error {
 	return s.authorize(ctx, func(c auth.Checker, ai *auth.Info) error { return c.IsAdminPermitted(ai) })
 }
@@ -54,12 +54,6 @@ func (s *Services) authorizeCaller(ctx context.Context) error {
 		}
 		return nil
 	})
-}
-
-// authorizeToken only validates a token the request carries: etcd checks
-// no permission for Compact, but refuses an unknown token.
-func (s *Services) authorizeToken(ctx context.Context) error {
-	return s.authorize(ctx, func(auth.Checker, *auth.Info) error { return nil })
 }
 
 func needRange(r *pb.RangeRequest) func(auth.Checker, *auth.Info) error {

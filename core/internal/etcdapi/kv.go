@@ -109,7 +109,7 @@ func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
 }
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	if err := k.s.authorizeToken(ctx); err != nil {
+	if err := k.s.authorizeAdmin(ctx); err != nil {
 		return nil, err
 	}
 	role := k.s.current()
