@@ -217,6 +217,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		Name:       opts.Name,
 		ClientURLs: opts.AdvertiseClientURLs,
 		Version:    version.Version,
+
+		QuotaBackendBytes: opts.QuotaBackendBytes,
 	}
 	if !opts.Cluster.Enabled {
 		ls, err := s.startLeader(runCtx, nil, opts.Registerer)

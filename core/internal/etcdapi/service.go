@@ -33,6 +33,9 @@ type Options struct {
 	// Auth answers who calls and what they may do; nil means auth can
 	// never be on (tests of other concerns).
 	Auth auth.Checker
+	// QuotaBackendBytes raises NOSPACE and refuses writes that add data
+	// once the store (a kv.Sizer) would hold this many bytes; 0: no quota.
+	QuotaBackendBytes int64
 }
 
 // Services implements the etcd v3 gRPC services.
@@ -47,6 +50,8 @@ type Services struct {
 	memberID uint64
 	members  func(context.Context) ([]*pb.Member, error)
 	auth     auth.Checker
+	quota    *quota // nil: no quota
+	alarms   alarms
 	// draining is closed by Drain: long-lived streams end so a graceful
 	// gRPC stop does not wait on them.
 	draining  chan struct{}
@@ -73,6 +78,7 @@ func New(opts Options) *Services {
 		auth:     opts.Auth,
 		draining: make(chan struct{}),
 	}
+	s.quota = newQuota(opts.QuotaBackendBytes, opts.Store, opts.Logger)
 	opts.Role.ended = make(chan struct{})
 	s.role.Store(opts.Role)
 	return s
