@@ -139,7 +139,9 @@ func TestDiffQuotaAlarm(t *testing.T) {
 	}, ok)
 	txnRead := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("fill/00000")}}}}}
 	same(t, p.pair, "read-only txn under NOSPACE", func(i int) (*pb.TxnResponse, error) { return p.kv[i].Txn(ctx, txnRead) },
-		func(r *pb.TxnResponse) string { return fmt.Sprintf("succeeded=%v kvs=%d", r.Succeeded, len(r.Responses[0].GetResponseRange().Kvs)) })
+		func(r *pb.TxnResponse) string {
+			return fmt.Sprintf("succeeded=%v kvs=%d", r.Succeeded, len(r.Responses[0].GetResponseRange().Kvs))
+		})
 	same(t, p.pair, "range under NOSPACE", func(i int) (*pb.RangeResponse, error) {
 		return p.kv[i].Range(ctx, &pb.RangeRequest{Key: []byte("fill/00001")})
 	}, func(r *pb.RangeResponse) string { return fmt.Sprintf("kvs=%d", len(r.Kvs)) })
@@ -206,4 +208,3 @@ func TestDiffQuotaAlarm(t *testing.T) {
 	sameAlarm("activate NONE", &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, Alarm: pb.AlarmType_NONE})
 	sameAlarm("get after activate NONE", &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
 }
-
