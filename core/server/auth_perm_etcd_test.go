@@ -162,3 +162,44 @@ func TestAuthPermEtcdOracle(t *testing.T) {
 		}
 	}
 }
+
+// watchCreateAnswer opens a watch stream as token and answers the first
+// response to a create on key: etcd refuses for auth as created and
+// canceled at once, under ID -1, with the gRPC error's full text.
+func watchCreateAnswer(t *testing.T, ctx context.Context, conn *grpc.ClientConn, token, key string) *pb.WatchResponse {
+	t.Helper()
+	ctx, cancel := context.WithCancel(withToken(ctx, token))
+	defer cancel()
+	ws, err := pb.NewWatchClient(conn).Watch(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: &pb.WatchCreateRequest{Key: []byte(key)}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ws.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Header = nil
+	return resp
+}
+
+func TestAuthPermEtcdWatchOracle(t *testing.T) {
+	e := etcdtest.Start(t, etcdtest.Options{})
+	ctx, conn := rawConn(t, e.Endpoint)
+	tokens := authPermSetup(t, ctx, conn)
+	for _, tc := range []struct{ caller, key, reason string }{
+		{"u", "/c", "rpc error: code = PermissionDenied desc = etcdserver: permission denied"},
+		{"", "/a/x", "rpc error: code = InvalidArgument desc = etcdserver: user name is empty"},
+		{"garbage", "/a/x", "rpc error: code = Unauthenticated desc = etcdserver: invalid auth token"},
+	} {
+		got := watchCreateAnswer(t, ctx, conn, tokens[tc.caller], tc.key)
+		if !got.Created || !got.Canceled || got.WatchId != -1 || got.CancelReason != tc.reason {
+			t.Errorf("%q watch %s: etcd answers %v", tc.caller, tc.key, got)
+		}
+	}
+	if got := watchCreateAnswer(t, ctx, conn, tokens["u"], "/a/x"); !got.Created || got.Canceled {
+		t.Errorf("allowed watch: %v", got)
+	}
+}
