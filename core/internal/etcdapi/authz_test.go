@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/engramkv/engram/core/internal/auth"
@@ -175,5 +176,33 @@ func TestWatchRefusal(t *testing.T) {
 	}
 	if got := s.watchRefusal(ctx, &pb.WatchCreateRequest{Key: []byte("/a/x")}); got != "" {
 		t.Fatalf("allowed watch refused: %q", got)
+	}
+}
+
+// TestAdminInterceptor: membership changes, MoveLeader and Alarm
+// activate/deactivate need root; Alarm GET a known caller; others pass.
+func TestAdminInterceptor(t *testing.T) {
+	s := &Services{auth: &fakeChecker{on: true}}
+	icpt := s.AdminInterceptor()
+	ok := func(context.Context, any) (any, error) { return "ok", nil }
+	u := metadata.NewIncomingContext(context.Background(), metadata.Pairs(rpctypes.TokenFieldNameGRPC, "u"))
+	root := metadata.NewIncomingContext(context.Background(), metadata.Pairs(rpctypes.TokenFieldNameGRPC, "root"))
+	for _, tc := range []struct {
+		ctx    context.Context
+		method string
+		req    any
+		err    error
+	}{
+		{u, pb.Cluster_MemberAdd_FullMethodName, &pb.MemberAddRequest{}, rpctypes.ErrGRPCPermissionDenied},
+		{root, pb.Cluster_MemberAdd_FullMethodName, &pb.MemberAddRequest{}, nil},
+		{context.Background(), pb.Maintenance_MoveLeader_FullMethodName, &pb.MoveLeaderRequest{}, rpctypes.ErrGRPCUserEmpty},
+		{u, pb.Maintenance_Alarm_FullMethodName, &pb.AlarmRequest{Action: pb.AlarmRequest_GET}, nil},
+		{context.Background(), pb.Maintenance_Alarm_FullMethodName, &pb.AlarmRequest{Action: pb.AlarmRequest_GET}, rpctypes.ErrGRPCUserEmpty},
+		{u, pb.Maintenance_Alarm_FullMethodName, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE}, rpctypes.ErrGRPCPermissionDenied},
+		{u, pb.Cluster_MemberList_FullMethodName, &pb.MemberListRequest{}, nil},
+	} {
+		if _, err := icpt(tc.ctx, tc.req, &grpc.UnaryServerInfo{FullMethod: tc.method}, ok); err != tc.err {
+			t.Errorf("%s %v: err %v, want %v", tc.method, tc.req, err, tc.err)
+		}
 	}
 }
