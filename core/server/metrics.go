@@ -68,7 +68,7 @@ func (s *Server) Interceptors() []grpc.ServerOption {
 	// refused ones included; proposals are counted only once the leader
 	// check let the request through, as etcd counts only proposals made.
 	return []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(s.etcdM.grpc.UnaryServerInterceptor(), s.rpc.unary, unaryLeader, s.etcdM.proposal, s.etcdM.mvcc.unary, s.leaseM.etcd.unary),
+		grpc.ChainUnaryInterceptor(s.etcdM.grpc.UnaryServerInterceptor(), s.rpc.unary, unaryLeader, s.adminAuth, s.etcdM.proposal, s.etcdM.mvcc.unary, s.leaseM.etcd.unary),
 		grpc.ChainStreamInterceptor(s.etcdM.grpc.StreamServerInterceptor(), s.rpc.stream, streamLeader, s.etcdM.watchStream, s.leaseM.etcd.stream),
 		grpc.StatsHandler(bytesHandler{m: s.etcdM}),
 	}
