@@ -290,16 +290,23 @@ func (s *Store) Features() kv.Features {
 	return kv.Features{Name: "badger", Durable: true}
 }
 
-// Size reports the bytes the engine holds on disk (LSM tables and value
-// log), badger's own running estimate; Status reports it as DbSize.
+// Size reports the bytes the engine holds on disk (its files' allocated
+// blocks, see diskSize); Status reports it as DbSize and the quota counts
+// it. An in-memory store reports 0.
 func (s *Store) Size() (int64, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
 	if s.closed {
 		return 0, kv.ErrClosed
 	}
-	lsm, vlog := s.db.Size()
-	return lsm + vlog, nil
+	if s.inMemory {
+		return 0, nil
+	}
+	n, err := diskSize(s.db.Opts().Dir)
+	if err != nil {
+		return 0, fmt.Errorf("badger: size: %w", err)
+	}
+	return n, nil
 }
 
 var _ kv.Sizer = (*Store)(nil)
