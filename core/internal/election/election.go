@@ -39,6 +39,29 @@
 //     batch of an old one fails whole, even a leader that missed its lease
 //     end (a stalled process, a clock that ran slow).
 //
+// # Hand-off
+//
+// Handoff (etcd's MoveLeader) gives leadership to a named node at once
+// instead of at a lease end. The leader first stops serving: from the call
+// on, Fence fails, so no new write batch of its term starts. At its next
+// renewal round its loop steps down (the server's SteppedDown stops the
+// leader state; batches already carrying FenceOp fail once a later term
+// begins) and, instead of renewing, writes the record again with Handoff set
+// to the target, conditional on the record it read and fenced with its term.
+// The target claims a record handed to it at its next round, without the
+// usual wait, with a new term through the same takeover batch as any claim.
+// That keeps the invariant: when the target's lease starts, the old leader's
+// Fence has already failed since before the hand-off record was written, and
+// the new term fails every batch of the old one. Other nodes treat the
+// hand-off record as any changed record (no leader known, claim after it
+// stays unchanged for LeaseDuration), so a target that never claims (it died)
+// leaves the cluster leaderless for at most one lease: the old leader, which
+// knows it no longer serves, claims it again (a new term) at its first round
+// at least LeaseDuration - RenewInterval after writing it. Claiming early is
+// safe for it, because the wait only protects a holder that may still serve,
+// and it is that holder. A restarted node does not take over at once a
+// record naming it with a hand-off (the rule below): it waits like the others.
+//
 // A node that starts with the same ID as the recorded holder (the same
 // process name on the same store) takes over at once with a new term: the
 // previous holder was itself. IDs must therefore be unique among live nodes.
@@ -80,6 +103,9 @@ type Record struct {
 	Term int64
 	// Renewals counts the leader's renewals in this term.
 	Renewals uint64
+	// Handoff names the node the holder handed leadership to; empty while
+	// the holder leads (see "Hand-off" in the package doc).
+	Handoff string
 }
 
 func (r Record) encode() []byte {
@@ -89,7 +115,13 @@ func (r Record) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(len(r.Holder)))
 	b = append(b, r.Holder...)
 	b = binary.AppendUvarint(b, uint64(len(r.URL)))
-	return append(b, r.URL...)
+	b = append(b, r.URL...)
+	if r.Handoff != "" {
+		// A trailing field: a record without it reads as before.
+		b = binary.AppendUvarint(b, uint64(len(r.Handoff)))
+		b = append(b, r.Handoff...)
+	}
+	return b
 }
 
 var errBadRecord = errors.New("election: malformed record")
@@ -114,8 +146,13 @@ func decodeRecord(b []byte) (Record, error) {
 	if r.Holder, b, err = readString(b); err != nil {
 		return r, err
 	}
-	if r.URL, _, err = readString(b); err != nil {
+	if r.URL, b, err = readString(b); err != nil {
 		return r, err
+	}
+	if len(b) > 0 {
+		if r.Handoff, _, err = readString(b); err != nil {
+			return r, err
+		}
 	}
 	return r, nil
 }
@@ -205,6 +242,11 @@ type Elector struct {
 	leading   bool
 	term      int64
 	renewedAt time.Time
+	// handoff is a hand-off asked for and not yet written; Fence fails
+	// while it is set.
+	handoff *handoffReq
+	// changed is closed and replaced whenever the known leader changes.
+	changed chan struct{}
 }
 
 // ErrNotLeader is returned by Fence when this node does not hold a valid
@@ -220,7 +262,7 @@ var ErrNotLeader = errors.New("election: not the leader")
 func (e *Elector) Fence() (kv.Op, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.leading || e.clock.Now().Sub(e.renewedAt) >= e.opts.LeaseDuration {
+	if !e.leading || e.handoff != nil || e.clock.Now().Sub(e.renewedAt) >= e.opts.LeaseDuration {
 		return kv.Op{}, ErrNotLeader
 	}
 	return FenceOp(e.term), nil
@@ -246,7 +288,7 @@ func New(opts Options) (*Elector, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real
 	}
-	return &Elector{opts: opts, log: opts.Logger, clock: opts.Clock}, nil
+	return &Elector{opts: opts, log: opts.Logger, clock: opts.Clock, changed: make(chan struct{})}, nil
 }
 
 // Leader returns the leader this node knows of.

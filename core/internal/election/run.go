@@ -129,8 +129,11 @@ func (l *loop) follow(ctx context.Context) state {
 		return stateWait
 	}
 	switch {
-	case l.cur == nil, l.bad, l.rec.Holder == l.e.opts.ID:
+	case l.cur == nil, l.bad, l.rec.Holder == l.e.opts.ID && l.rec.Handoff == "":
 		// No leader, or our own previous incarnation.
+		return stateClaim
+	case l.rec.Handoff == l.e.opts.ID:
+		// The holder stepped down and handed leadership to us.
 		return stateClaim
 	case bytes.Equal(l.cur, l.seen) && !l.observedAt.IsZero() && l.since(l.observedAt) >= l.e.opts.LeaseDuration:
 		// The holder has not renewed for a whole lease.
@@ -147,6 +150,11 @@ func (l *loop) observe() {
 		return
 	}
 	l.seen, l.observedAt = l.cur, l.clock.Now()
+	if l.rec.Handoff != "" {
+		// The holder no longer serves; its target has not claimed yet.
+		l.setLeader(Record{}, false)
+		return
+	}
 	l.setLeader(l.rec, true)
 }
 
@@ -211,6 +219,9 @@ func (l *loop) renew(ctx context.Context) state {
 		l.stepDown("another node holds the lease")
 		l.observe()
 		return stateWait
+	}
+	if req := l.e.takeHandoff(); req != nil {
+		return l.handOff(ctx, req)
 	}
 	next := l.rec
 	next.Renewals++
@@ -305,7 +316,13 @@ func (l *loop) stepDown(why string) {
 	l.stopLeading = nil
 	l.e.mu.Lock()
 	l.e.leading = false
+	// A hand-off not yet taken cannot happen any more.
+	req := l.e.handoff
+	l.e.handoff = nil
 	l.e.mu.Unlock()
+	if req != nil {
+		req.done <- ErrNotLeader
+	}
 	if l.cb.SteppedDown != nil {
 		l.cb.SteppedDown()
 	}
@@ -317,6 +334,10 @@ func (l *loop) setLeader(r Record, ok bool) {
 	e.mu.Lock()
 	changed := ok != e.known || r.Holder != e.leader.Holder || r.Term != e.leader.Term
 	e.leader, e.known = r, ok
+	if changed {
+		close(e.changed)
+		e.changed = make(chan struct{})
+	}
 	e.mu.Unlock()
 	if changed && l.cb.LeaderChanged != nil {
 		l.cb.LeaderChanged(r, ok)
