@@ -30,6 +30,9 @@ type Options struct {
 	// Members lists the cluster's members for MemberList; nil reports
 	// this node alone.
 	Members func(context.Context) ([]*pb.Member, error)
+	// Membership carries out MoveLeader and MemberRemove in cluster mode;
+	// nil answers as a one-member etcd does.
+	Membership Membership
 	// Auth answers who calls and what they may do; nil means auth can
 	// never be on (tests of other concerns).
 	Auth auth.Checker
@@ -56,6 +59,8 @@ type Services struct {
 	// gRPC stop does not wait on them.
 	draining  chan struct{}
 	drainOnce sync.Once
+
+	membership Membership // see Options.Membership
 }
 
 // New returns the services.
@@ -78,6 +83,7 @@ func New(opts Options) *Services {
 		auth:     opts.Auth,
 		draining: make(chan struct{}),
 	}
+	s.membership = opts.Membership
 	s.quota = newQuota(opts.QuotaBackendBytes, opts.Store, opts.Logger)
 	opts.Role.ended = make(chan struct{})
 	s.role.Store(opts.Role)
