@@ -47,9 +47,12 @@ func (a alarmClient) alarm(t *testing.T, ctx context.Context, action pb.AlarmReq
 func (a alarmClient) putRefused(t *testing.T, ctx context.Context) bool {
 	t.Helper()
 	_, err := a.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-	if err == nil {
-		return false
-	}
+	return err != nil && a.refusal(t, err)
+}
+
+// refusal fails t unless err is etcd's no-space error.
+func (a alarmClient) refusal(t *testing.T, err error) bool {
+	t.Helper()
 	if want, _ := status.FromError(rpctypes.ErrGRPCNoSpace); status.Convert(err).Message() != want.Message() {
 		t.Fatalf("put: %v, want %v", err, rpctypes.ErrGRPCNoSpace)
 	}
