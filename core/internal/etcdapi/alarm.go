@@ -160,6 +160,14 @@ func (s *Services) admitWrite(ctx context.Context, role *Role, r any) error {
 // there was nothing to do, never an error. A follower lists from the store
 // and forwards changes to the leader, which alone writes.
 func (m *maintenanceServer) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
+	// As etcd: listing needs a caller, changing needs root.
+	check := m.s.authorizeAdmin
+	if r.Action == pb.AlarmRequest_GET {
+		check = m.s.authorizeCaller
+	}
+	if err := check(ctx); err != nil {
+		return nil, err
+	}
 	role := m.s.current()
 	resp := &pb.AlarmResponse{}
 	switch r.Action {
