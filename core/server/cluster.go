@@ -46,6 +46,7 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 	}
 	apiOpts.Role = &etcdapi.Role{Backend: reader}
 	apiOpts.Members = s.members
+	apiOpts.Membership = membership{s}
 	s.api = etcdapi.New(*apiOpts)
 	s.elector, err = election.New(election.Options{
 		Store:         opts.Store,

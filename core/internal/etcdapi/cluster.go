@@ -5,6 +5,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Membership carries out the member changes of cluster mode; the server
@@ -17,6 +19,11 @@ type Membership interface {
 	// RemoveMember forgets the member id and returns the members left.
 	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
 }
+
+// errNotEnoughStarted is what etcd 3.6 answers: its server error is not in
+// its own gRPC error table, so clients get its text with codes.Unknown, not
+// rpctypes.ErrGRPCMemberNotEnoughStarted's FailedPrecondition.
+var errNotEnoughStarted = status.Error(codes.Unknown, "etcdserver: re-configuration failed due to not enough started members")
 
 type clusterServer struct {
 	pb.UnimplementedClusterServer
@@ -52,7 +59,7 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 		// A single node: etcd refuses to remove its only voting member (no
 		// started member would be left for a quorum).
 		if r.ID == c.s.memberID {
-			return nil, rpctypes.ErrGRPCMemberNotEnoughStarted
+			return nil, errNotEnoughStarted
 		}
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}

@@ -1,0 +1,109 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/internal/election"
+	"github.com/engramkv/engram/core/internal/etcdapi"
+)
+
+// errTimeoutLeaderTransfer is etcd's answer when the transferee does not
+// take over in time; etcd has no gRPC error for it, so its clients get the
+// server error's text with codes.Unknown (etcdserver/errors.ErrTimeoutLeaderTransfer).
+var errTimeoutLeaderTransfer = status.Error(codes.Unknown, "etcdserver: request timed out, leader transfer took too long")
+
+// membership carries out MoveLeader and MemberRemove for the etcd API on
+// the leader (etcdapi answers followers itself).
+type membership struct{ s *Server }
+
+var _ etcdapi.Membership = membership{}
+
+// MoveLeader hands leadership to a registered member that answers. The
+// liveness check is a Status call to the target's advertised URL: it costs
+// nothing while no one moves leadership (a heartbeat in every member record
+// would be a store write per member per interval) and asks exactly what the
+// hand-off needs, that the target's process runs and serves. A target that
+// dies after answering never claims, and the election gives leadership back
+// within one lease (package election, "Hand-off").
+func (m membership) MoveLeader(ctx context.Context, target uint64) error {
+	s := m.s
+	member, err := m.find(ctx, target)
+	if err != nil {
+		return err
+	}
+	if member == nil {
+		return rpctypes.ErrGRPCBadLeaderTransferee
+	}
+	if member.Name != s.opts.Name {
+		if err := m.probe(ctx, member); err != nil {
+			s.log.Warn("move-leader: the target does not answer", "target", member.Name, "err", err)
+			return rpctypes.ErrGRPCBadLeaderTransferee
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// etcdctl always sets a deadline; a client that does not still gets
+		// an answer once a lease could have changed hands twice.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 2*s.opts.Cluster.LeaseDuration)
+		defer cancel()
+	}
+	start := time.Now()
+	s.log.Info("move-leader: handing leadership off", "target", member.Name)
+	switch err := s.elector.Handoff(ctx, member.Name); {
+	case err == nil:
+		s.log.Info("move-leader: done", "leader", member.Name, "took", time.Since(start))
+		return nil
+	case errors.Is(err, election.ErrNotLeader):
+		return rpctypes.ErrGRPCNotLeader
+	case errors.Is(err, election.ErrHandoffFailed):
+		s.log.Warn("move-leader: the target did not take over", "target", member.Name, "err", err)
+		return errTimeoutLeaderTransfer
+	default:
+		return fmt.Errorf("move leader to %q: %w", member.Name, err)
+	}
+}
+
+// find returns the registered member with id, or nil.
+func (m membership) find(ctx context.Context, id uint64) (*pb.Member, error) {
+	members, err := m.s.members(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, mb := range members {
+		if mb.ID == id {
+			return mb, nil
+		}
+	}
+	return nil, nil
+}
+
+// probe asks the member's own server for its Status and checks that the
+// process answering is that member.
+func (m membership) probe(ctx context.Context, member *pb.Member) error {
+	if len(member.ClientURLs) == 0 {
+		return errors.New("no client URL registered")
+	}
+	conn, err := m.s.dial(member.ClientURLs[0])
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	pctx, cancel := context.WithTimeout(ctx, m.s.opts.Cluster.LeaseDuration)
+	defer cancel()
+	resp, err := pb.NewMaintenanceClient(conn).Status(pctx, &pb.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	if resp.Header.GetMemberId() != member.ID {
+		return fmt.Errorf("the URL answers as member %x", resp.Header.GetMemberId())
+	}
+	return nil
+}
