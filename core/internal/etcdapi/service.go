@@ -121,7 +121,7 @@ func (s *Services) Register(gs *grpc.Server) {
 	pb.RegisterLeaseServer(gs, &leaseServer{s: s})
 	pb.RegisterMaintenanceServer(gs, &maintenanceServer{s: s})
 	pb.RegisterClusterServer(gs, &clusterServer{s: s})
-	pb.RegisterAuthServer(gs, &authServer{})
+	pb.RegisterAuthServer(gs, &authServer{s: s})
 }
 
 func (s *Services) header(rev int64) *pb.ResponseHeader {
