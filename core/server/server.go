@@ -220,6 +220,12 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 
 		QuotaBackendBytes: opts.QuotaBackendBytes,
 	}
+	authState, err := s.openAuth(ctx, runCtx)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	apiOpts.Auth = authState
 	if !opts.Cluster.Enabled {
 		ls, err := s.startLeader(runCtx, nil, opts.Registerer)
 		if err != nil {
