@@ -14,10 +14,14 @@ import (
 // about once a minute).
 type sizedStore struct {
 	kv.Store
-	n atomic.Int64
+	n     atomic.Int64
+	calls atomic.Int64 // Size calls
 }
 
-func (s *sizedStore) Size() (int64, error) { return s.n.Load(), nil }
+func (s *sizedStore) Size() (int64, error) {
+	s.calls.Add(1)
+	return s.n.Load(), nil
+}
 
 func (s *sizedStore) Commit(ctx context.Context, ops []kv.Op) error {
 	var delta int64
