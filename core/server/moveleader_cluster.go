@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/internal/election"
@@ -98,9 +99,19 @@ func (m membership) probe(ctx context.Context, member *pb.Member) error {
 	defer conn.Close()
 	pctx, cancel := context.WithTimeout(ctx, m.s.opts.Cluster.LeaseDuration)
 	defer cancel()
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		// The caller's token: with auth on, Status needs a known caller.
+		pctx = metadata.NewOutgoingContext(pctx, md.Copy())
+	}
 	resp, err := pb.NewMaintenanceClient(conn).Status(pctx, &pb.StatusRequest{})
-	if err != nil {
+	switch status.Code(err) {
+	case codes.OK:
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return fmt.Errorf("status: %w", err)
+	default:
+		// Refused (say, a caller known only by its certificate, which the
+		// dial does not carry), but refused by a running server.
+		return nil
 	}
 	if resp.Header.GetMemberId() != member.ID {
 		return fmt.Errorf("the URL answers as member %x", resp.Header.GetMemberId())
