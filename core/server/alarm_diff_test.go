@@ -100,6 +100,14 @@ func TestDiffQuotaAlarm(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
 	p := newAlarmPair(t, ctx)
+	var leases [2]int64
+	for i := range 2 {
+		r, err := p.lease[i].LeaseGrant(ctx, &pb.LeaseGrantRequest{TTL: 600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases[i] = r.ID
+	}
 	var refused [2]string
 	for i := range 2 {
 		st, _ := status.FromError(p.fill(t, ctx, i))
@@ -142,6 +150,14 @@ func TestDiffQuotaAlarm(t *testing.T) {
 		func(r *pb.TxnResponse) string {
 			return fmt.Sprintf("succeeded=%v kvs=%d", r.Succeeded, len(r.Responses[0].GetResponseRange().Kvs))
 		})
+	txnDelete := &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("fill/00002")}}}}}
+	same(t, p.pair, "txn that only deletes under NOSPACE", func(i int) (*pb.TxnResponse, error) { return p.kv[i].Txn(ctx, txnDelete) },
+		func(r *pb.TxnResponse) string {
+			return fmt.Sprintf("succeeded=%v deleted=%d", r.Succeeded, r.Responses[0].GetResponseDeleteRange().Deleted)
+		})
+	same(t, p.pair, "lease revoke under NOSPACE", func(i int) (*pb.LeaseRevokeResponse, error) {
+		return p.lease[i].LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: leases[i]})
+	}, ok)
 	same(t, p.pair, "range under NOSPACE", func(i int) (*pb.RangeResponse, error) {
 		return p.kv[i].Range(ctx, &pb.RangeRequest{Key: []byte("fill/00001")})
 	}, func(r *pb.RangeResponse) string { return fmt.Sprintf("kvs=%d", len(r.Kvs)) })
