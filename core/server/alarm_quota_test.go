@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/plugins/memkv"
 )
@@ -34,5 +36,20 @@ func TestQuotaMeasuresOncePerWindow(t *testing.T) {
 	t.Logf("%d writes measured the store %d times", writes, calls)
 	if calls > limit || calls >= writes {
 		t.Errorf("%d writes measured the store %d times, want at most %d", writes, calls, limit)
+	}
+}
+
+// TestQuotaMetric: with a quota, /metrics carries etcd's
+// etcd_server_quota_backend_bytes with the quota, as the etcd mixin's
+// low-space alert reads it.
+func TestQuotaMetric(t *testing.T) {
+	const quota = 8 << 20
+	n := startMetricsNode(t, server.Options{Store: &sizedStore{Store: memkv.New()}, Name: "quota", QuotaBackendBytes: quota})
+	f, ok := scrape(t, n.url)["etcd_server_quota_backend_bytes"]
+	if !ok {
+		t.Fatal("etcd_server_quota_backend_bytes: missing")
+	}
+	if f.GetType() != dto.MetricType_GAUGE || f.GetHelp() != "Current backend storage quota size in bytes." || f.GetMetric()[0].GetGauge().GetValue() != quota {
+		t.Errorf("etcd_server_quota_backend_bytes: %v", f)
 	}
 }

@@ -95,6 +95,9 @@ func newEtcdMetrics(s *Server, reg prometheus.Registerer) *etcdMetrics {
 	)
 	if sz, ok := s.opts.Store.(kv.Sizer); ok {
 		reg.MustRegister(&dbSizeCollector{size: sz})
+		if s.opts.QuotaBackendBytes > 0 {
+			reg.MustRegister(quotaGauge(s.opts.QuotaBackendBytes))
+		}
 	}
 	return m
 }
