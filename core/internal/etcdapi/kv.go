@@ -33,18 +33,21 @@ func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, 
 	if err := k.s.limits.checkSize(r); err != nil {
 		return nil, err
 	}
+	role := k.s.current()
+	if role.leading() {
+		// etcd checks the quota first, before validation and auth.
+		if err := k.s.admitWrite(ctx, role, r); err != nil {
+			return nil, err
+		}
+	}
 	if err := k.s.limits.checkPut(r); err != nil {
 		return nil, err
 	}
-	role := k.s.current()
 	if err := k.s.authorize(ctx, needPut(r, role.leaseKeys())); err != nil {
 		return nil, err
 	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Put, r)
-	}
-	if err := k.s.admitWrite(ctx, role, r); err != nil {
-		return nil, err
 	}
 	resp, err := role.Backend.Put(ctx, r)
 	if err != nil {
@@ -80,18 +83,21 @@ func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, 
 	if err := k.s.limits.checkSize(r); err != nil {
 		return nil, err
 	}
+	role := k.s.current()
+	if role.leading() {
+		// etcd checks the quota first, before validation and auth.
+		if err := k.s.admitWrite(ctx, role, r); err != nil {
+			return nil, err
+		}
+	}
 	if err := k.s.limits.checkTxn(r); err != nil {
 		return nil, err
 	}
-	role := k.s.current()
 	if err := k.s.authorize(ctx, needTxn(r, role.leaseKeys())); err != nil {
 		return nil, err
 	}
 	if !role.leading() {
 		return forward(ctx, role, pb.NewKVClient, pb.KVClient.Txn, r)
-	}
-	if err := k.s.admitWrite(ctx, role, r); err != nil {
-		return nil, err
 	}
 	resp, err := role.Backend.Txn(ctx, r)
 	if err != nil {
