@@ -26,8 +26,12 @@ const (
 // client as Unknown with the auth error's text.
 var errNoPasswordUser = status.Error(codes.Unknown, "auth: authentication failed, password was given for no password user")
 
-// Enable turns auth on; it needs a root user holding the root role.
+// Enable turns auth on; it needs a root user holding the root role. An
+// enable while enabled changes nothing; neither moves the revision.
 func Enable(st *state) error {
+	if st.Enabled {
+		return errNoChange
+	}
 	u := st.Users[RootUser]
 	if u == nil {
 		return rpctypes.ErrGRPCRootUserNotExist
@@ -36,7 +40,7 @@ func Enable(st *state) error {
 		return rpctypes.ErrGRPCRootRoleNotExist
 	}
 	st.Enabled = true
-	return nil
+	return errKeepRevision
 }
 
 // Disable turns auth off.

@@ -37,11 +37,14 @@ type Role struct {
 // state is the whole auth state; it is never changed in place once
 // published (mutations work on a clone).
 type state struct {
-	Version  int              `json:"v"`
-	Revision uint64           `json:"rev"`
-	Enabled  bool             `json:"enabled"`
-	Users    map[string]*User `json:"users"`
-	Roles    map[string]*Role `json:"roles"`
+	Version  int    `json:"v"`
+	Revision uint64 `json:"rev"`
+	// Gen counts every committed change, including those that do not move
+	// the auth revision (etcd's enable), so pollers see them all.
+	Gen     uint64           `json:"gen"`
+	Enabled bool             `json:"enabled"`
+	Users   map[string]*User `json:"users"`
+	Roles   map[string]*Role `json:"roles"`
 
 	perms map[string]*userPerms // derived: merged ranges per user
 }
@@ -66,7 +69,7 @@ func (st *state) encode() ([]byte, error) { return json.Marshal(st) }
 
 // clone copies the state deeply enough for a mutation to change it.
 func (st *state) clone() *state {
-	c := &state{Version: stateVersion, Revision: st.Revision, Enabled: st.Enabled,
+	c := &state{Version: stateVersion, Revision: st.Revision, Gen: st.Gen, Enabled: st.Enabled,
 		Users: make(map[string]*User, len(st.Users)), Roles: make(map[string]*Role, len(st.Roles))}
 	for k, u := range st.Users {
 		cu := *u

@@ -31,6 +31,10 @@ const PollInterval = 500 * time.Millisecond
 // errNoChange ends a mutation that changes nothing, with success.
 var errNoChange = errors.New("no change")
 
+// errKeepRevision commits a change without moving the auth revision, as
+// etcd's enable does not move it.
+var errKeepRevision = errors.New("keep revision")
+
 // Change is one mutation of the state (AddUser, GrantRole, ...).
 type Change func(*state) error
 
@@ -116,7 +120,7 @@ func (s *Store) refresh(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read auth revision: %w", err)
 	}
-	if len(raw) == 8 && binary.BigEndian.Uint64(raw) == s.state().Revision {
+	if len(raw) == 8 && binary.BigEndian.Uint64(raw) == s.state().Gen {
 		return nil
 	}
 	return s.Reload(ctx)
@@ -175,17 +179,21 @@ func (s *Store) Mutate(ctx context.Context, commit Commit, change Change) error 
 		return err
 	}
 	st := base.clone()
-	if err := change(st); errors.Is(err, errNoChange) {
+	switch err := change(st); {
+	case errors.Is(err, errNoChange):
 		return nil
-	} else if err != nil {
+	case errors.Is(err, errKeepRevision):
+	case err != nil:
 		return err
+	default:
+		st.Revision++
 	}
-	st.Revision++
+	st.Gen++
 	raw, err := st.encode()
 	if err != nil {
 		return fmt.Errorf("encode auth state: %w", err)
 	}
-	rev := binary.BigEndian.AppendUint64(nil, st.Revision)
+	rev := binary.BigEndian.AppendUint64(nil, st.Gen)
 	if err := commit(ctx, []kv.Op{kv.Put(coder.MetaKey(stateRecord), raw), kv.Put(coder.MetaKey(revRecord), rev)}); err != nil {
 		return fmt.Errorf("commit auth state: %w", err)
 	}

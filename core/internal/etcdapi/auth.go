@@ -55,10 +55,6 @@ func change[Req, Resp any](ctx context.Context, a *authServer, r Req, c auth.Cha
 func (a *authServer) hdr() *pb.ResponseHeader { return a.s.header(a.s.current().Backend.Rev()) }
 
 func (a *authServer) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	if st := a.store(); st != nil && st.Enabled() {
-		// etcd ignores an enable while enabled, without asking who.
-		return &pb.AuthEnableResponse{Header: a.hdr()}, nil
-	}
 	return change(ctx, a, r, auth.Enable, pb.AuthClient.AuthEnable, &pb.AuthEnableResponse{Header: a.hdr()})
 }
 
@@ -214,14 +210,14 @@ func (a *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb
 		return nil, err
 	}
 	resp := &pb.AuthRoleGetResponse{Header: a.hdr()}
-	if r.Role == auth.RootRole {
-		// etcd answers root's implicit permission over every key.
-		resp.Perm = []*authpb.Permission{{PermType: authpb.READWRITE, Key: []byte{}, RangeEnd: []byte{0}}}
-		return resp, nil
-	}
 	role := st.Role(r.Role)
 	if role == nil {
 		return nil, rpctypes.ErrGRPCRoleNotFound
+	}
+	if r.Role == auth.RootRole {
+		// etcd answers the root role's implicit permission over every key.
+		resp.Perm = []*authpb.Permission{{PermType: authpb.READWRITE, Key: []byte{}, RangeEnd: []byte{0}}}
+		return resp, nil
 	}
 	for _, p := range role.Perms {
 		resp.Perm = append(resp.Perm, &authpb.Permission{PermType: p.Type, Key: p.Key, RangeEnd: p.RangeEnd})
