@@ -44,7 +44,15 @@ func change[Req, Resp any](ctx context.Context, a *authServer, r Req, c auth.Cha
 	}
 	role := a.s.current()
 	if !role.leading() {
-		return forward(ctx, role, pb.NewAuthClient, call, r)
+		resp, err := forward(ctx, role, pb.NewAuthClient, call, r)
+		if err == nil {
+			// The caller reads its own change here next, so do not wait
+			// for the poll to bring it.
+			if rerr := st.Reload(ctx); rerr != nil {
+				a.s.log.Warn("reload auth state after a forwarded change", "err", rerr)
+			}
+		}
+		return resp, err
 	}
 	if err := st.Mutate(ctx, role.Backend.CommitMeta, c); err != nil {
 		return none, toGRPC(err)
