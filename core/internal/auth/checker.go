@@ -6,6 +6,16 @@
 // two questions with etcd's own errors: who makes this request, and may
 // they do this.
 //
+// Only the leader writes the state (Store.Mutate, with its fenced
+// writer); every member answers from memory and reloads when its own write
+// commits, after a change it forwarded, when a token names a newer auth
+// revision, and otherwise by polling the generation record every
+// PollInterval. A follower may therefore check a request against a state
+// up to about PollInterval old: acceptable because the writes it forwards
+// are checked again by the leader, whose state is current, and a read
+// served under a grant revoked a moment ago is what etcd's own followers
+// serve until they apply the change.
+//
 // It must not serve gRPC (etcdapi does) nor decide which permissions a
 // request needs (etcdapi's authorisation step walks each request, nested
 // Txn ops included, and asks this package about each key range).
