@@ -112,7 +112,7 @@ func authMgmtSteps() []authStep {
 	return []authStep{
 		status(""),
 		add("", "x"), roleAdd("", ""), add("u", "up"), add("u", "again"),
-		enable, // no root user
+		enable,                    // no root user
 		add("root", "rp"), enable, // root without its role
 		grant("", "nobody", "r"), grant("", "u", "nosuch"), roleAdd("", "r"), roleAdd("", "r"),
 		perm("r", authpb.READ, "/a/", "/a0"), perm("r", authpb.READWRITE, "/b", ""), perm("r", authpb.WRITE, "/c", "\x00"),
