@@ -98,6 +98,10 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 	if st == nil {
 		return nil, errNoAuthState
 	}
+	// Checked here too so a caller who may not add users costs no bcrypt.
+	if err := a.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
+	}
 	noPassword := r.Options != nil && r.Options.NoPassword
 	var hash []byte
 	if !noPassword {
@@ -117,6 +121,9 @@ func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChang
 	st := a.store()
 	if st == nil {
 		return nil, errNoAuthState
+	}
+	if err := a.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
 	}
 	hash, err := passwordHash(st, r.Password, r.HashedPassword)
 	if err != nil {
