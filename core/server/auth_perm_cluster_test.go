@@ -1,8 +1,12 @@
 package server_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
@@ -11,19 +15,17 @@ import (
 
 // TestAuthPermThroughFollower: a restricted user is refused a write and a
 // read through a follower exactly as through the leader (the follower
-// checks before forwarding; the leader checks the token again).
+// checks before forwarding; the leader checks the token again). JWT
+// tokens, so the leader's tokens are good on the follower too.
 func TestAuthPermThroughFollower(t *testing.T) {
-	// Found failing at 19:26 with part A's uncommitted auth state: the
-	// follower's Checker did not see auth enabled through the leader, so
-	// it served u's read of /c. Unskip once the state follows the leader.
-	t.Skip("a follower's auth state does not yet follow auth enable on the leader")
+	spec := jwtSpec(t)
 	shared := memkv.New()
 	c := &cluster{t: t}
 	for i := range 2 {
 		name := fmt.Sprintf("node%d", i)
 		c.names = append(c.names, name)
 		c.nodes = append(c.nodes, servertest.Start(t, servertest.Options{
-			Store: shared, Name: name,
+			Store: shared, Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
 			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
 		}))
 	}
@@ -34,10 +36,32 @@ func TestAuthPermThroughFollower(t *testing.T) {
 	tokens := authPermSetup(t, lctx, lconn)
 	want := authPermAnswers(t, lctx, lconn, tokens)
 	fctx, fconn := rawConn(t, c.nodes[f].Endpoint)
+	waitAuthEnabled(t, fctx, pb.NewAuthClient(fconn), tokens["root"])
 	got := authPermAnswers(t, fctx, fconn, tokens)
 	for _, k := range []string{"u|put /a/x", "u|range /c", "u|put /b", "u|range /a/x", "|put /b", "garbage|put /b"} {
 		if got[k] != want[k] || want[k] == "" {
 			t.Errorf("%s: follower answers %q, leader %q", k, got[k], want[k])
+		}
+	}
+}
+
+// waitAuthEnabled waits until a member has picked up an `auth enable` made
+// through another member: members poll the auth state every
+// auth.PollInterval (README, "Authentication"), so there is a change to
+// wait for, not a time.
+func waitAuthEnabled(t *testing.T, ctx context.Context, ac pb.AuthClient, rootToken string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	for {
+		st, err := ac.AuthStatus(withToken(ctx, rootToken), &pb.AuthStatusRequest{})
+		if err == nil && st.Enabled {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the member never saw auth enabled: last answer %v, %v", st, err)
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
