@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/credentials"
@@ -10,7 +11,8 @@ import (
 	"google.golang.org/grpc/peer"
 )
 
-// Caller implements Checker as etcd 3.6's AuthInfoFromCtx: a token in the
+// Caller implements Checker as etcd 3.6's AuthInfoFromCtx, after a caller
+// a follower signed on a forwarded call (forward.go): a token in the
 // metadata wins (a certificate is then not looked at); without one, and
 // only when client certificates are verified, the certificate's CN.
 func (s *Store) Caller(ctx context.Context) (*Info, error) {
@@ -18,6 +20,14 @@ func (s *Store) Caller(ctx context.Context) (*Info, error) {
 		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
+	if fw := md.Get(ForwardedCallerHeader); len(fw) > 0 {
+		ai, err := s.verifyForward(fw[0], time.Now())
+		if err != nil {
+			return nil, err
+		}
+		s.catchUp(ctx, ai)
+		return ai, nil
+	}
 	ts := md.Get(rpctypes.TokenFieldNameGRPC)
 	if len(ts) == 0 {
 		ts = md.Get(rpctypes.TokenFieldNameSwagger)
@@ -28,19 +38,23 @@ func (s *Store) Caller(ctx context.Context) (*Info, error) {
 		if !ok {
 			return nil, rpctypes.ErrGRPCInvalidAuthToken
 		}
-		if ai.Revision > s.Revision() {
-			// A token from a member that has seen a newer state: catch
-			// up now rather than call it old or refuse its user.
-			if err := s.refresh(ctx); err != nil {
-				s.log.Warn("reload auth state for a newer token", "err", err)
-			}
-		}
+		s.catchUp(ctx, ai)
 		return ai, nil
 	}
 	if !s.certAuth {
 		return nil, nil
 	}
 	return s.fromTLSPeer(ctx, md), nil
+}
+
+// catchUp reloads the state when ai comes from a member that has seen a
+// newer one, rather than call it old or refuse its user.
+func (s *Store) catchUp(ctx context.Context, ai *Info) {
+	if ai.Revision > s.Revision() {
+		if err := s.refresh(ctx); err != nil {
+			s.log.Warn("reload auth state for a newer caller", "err", err)
+		}
+	}
 }
 
 func (s *Store) fromTLSPeer(ctx context.Context, md metadata.MD) *Info {

@@ -63,6 +63,7 @@ type Store struct {
 	dummy  []byte // a hash compared against for a missing user
 
 	certAuth bool
+	fwdKey   []byte // signs forwarded callers (forward.go)
 	cur      atomic.Pointer[state]
 	mu       sync.Mutex // serialises loads and mutations
 }
@@ -87,6 +88,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	s := &Store{kv: opts.Store, tokens: opts.Tokens, log: opts.Logger, cost: opts.BcryptCost, dummy: dummy, certAuth: opts.ClientCertAuth}
 	s.cur.Store(emptyState())
+	if s.fwdKey, err = loadForwardKey(ctx, opts.Store); err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
 	if err := s.Reload(ctx); err != nil {
 		return nil, err
 	}
