@@ -202,7 +202,8 @@ func (s *Server) dial(raw string) (*grpc.ClientConn, error) {
 	default:
 		return nil, fmt.Errorf("leader URL %q: unsupported scheme", raw)
 	}
-	return grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
+	opts := append(s.forwardCallerOptions(), grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
+	return grpc.NewClient(target, opts...)
 }
 
 // hasLeader reports whether requests can be served now: always without a

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/internal/compaction"
 	"github.com/engramkv/engram/core/internal/election"
@@ -149,6 +150,7 @@ type Server struct {
 	closed  atomic.Bool
 	elector *election.Elector // nil unless clustered
 	reader  *mvcc.Backend     // a follower's read-only view; nil unless clustered
+	auth    *auth.Store       // signs the callers a follower forwards (auth.go)
 
 	mu     sync.Mutex
 	leader *leaderState     // non-nil while this node leads
