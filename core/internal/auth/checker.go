@@ -16,6 +16,17 @@
 // served under a grant revoked a moment ago is what etcd's own followers
 // serve until they apply the change.
 //
+// The leader cannot name the caller of a call a follower forwards from
+// the call's own credentials: a simple token lives only on the member that
+// issued it, and a client certificate does not cross the follower's
+// connection. The follower, which named the caller and checked the request,
+// sends the name, the auth revision and an expiry signed with HMAC-SHA256
+// under a 32-byte key that the first member to open wrote to the meta space
+// (forward.go). A member trusts the name only under a valid, unexpired
+// signature, and refuses a present but invalid one: the key is readable
+// only by members (no etcd call reads the meta space), so trusting it
+// trusts exactly the members and whoever can read the store.
+//
 // It must not serve gRPC (etcdapi does) nor decide which permissions a
 // request needs (etcdapi's authorisation step walks each request, nested
 // Txn ops included, and asks this package about each key range).
