@@ -10,6 +10,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/server/servertest"
@@ -28,6 +29,8 @@ type pair struct {
 	kv    [2]pb.KVClient
 	lease [2]pb.LeaseClient
 	watch [2]pb.WatchClient
+	// conn reaches the other services (maintenance, cluster, auth).
+	conn [2]grpc.ClientConnInterface
 }
 
 func newPair(t *testing.T) (*pair, context.Context) {
@@ -48,6 +51,7 @@ func newPair(t *testing.T) (*pair, context.Context) {
 		p.kv[i] = pb.NewKVClient(c.ActiveConnection())
 		p.lease[i] = pb.NewLeaseClient(c.ActiveConnection())
 		p.watch[i] = pb.NewWatchClient(c.ActiveConnection())
+		p.conn[i] = c.ActiveConnection()
 	}
 	return p, ctx
 }

@@ -1,16 +1,10 @@
 package server_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/internal/etcdtest"
 )
 
 // TestDiffMembershipLoneMember: MoveLeader and MemberRemove on a one-member
@@ -18,26 +12,15 @@ import (
 // member itself succeeds, to an unknown member is a bad transferee;
 // removing the only member is refused, an unknown one is not found.
 func TestDiffMembershipLoneMember(t *testing.T) {
-	etcdtest.Require(t)
-	e := etcdtest.Start(t, etcdtest.Options{})
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ec.Close() })
-	gc := servertest.Start(t, servertest.Options{}).Client(t)
-	// A hang guard, not a measurement.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	p := &pair{names: [2]string{"etcd", "engram"}}
+	p, ctx := newPair(t)
 	var (
 		maint [2]pb.MaintenanceClient
 		clus  [2]pb.ClusterClient
 		self  [2]uint64
 	)
-	for i, c := range []*clientv3.Client{ec, gc} {
-		maint[i] = pb.NewMaintenanceClient(c.ActiveConnection())
-		clus[i] = pb.NewClusterClient(c.ActiveConnection())
+	for i := range 2 {
+		maint[i] = pb.NewMaintenanceClient(p.conn[i])
+		clus[i] = pb.NewClusterClient(p.conn[i])
 		st, err := maint[i].Status(ctx, &pb.StatusRequest{})
 		if err != nil {
 			t.Fatalf("%s status: %v", p.names[i], err)
@@ -60,8 +43,8 @@ func TestDiffMembershipLoneMember(t *testing.T) {
 		return clus[i].MemberRemove(ctx, &pb.MemberRemoveRequest{ID: self[i]})
 	}, showRemove)
 	// Both still serve.
-	for i, c := range []*clientv3.Client{ec, gc} {
-		if _, err := c.Put(ctx, "k", "v"); err != nil {
+	for i := range 2 {
+		if _, err := p.kv[i].Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}); err != nil {
 			t.Errorf("%s after the refusals: %v", p.names[i], err)
 		}
 	}
