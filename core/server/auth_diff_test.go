@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
 )
@@ -165,7 +166,8 @@ func authMgmtSteps() []authStep {
 func TestAuthManagementDiff(t *testing.T) {
 	etcdtest.Require(t)
 	e := etcdtest.Start(t, etcdtest.Options{})
-	g := servertest.Start(t, servertest.Options{})
+	// bcrypt's cost changes no answer, only how long a -race run takes.
+	g := servertest.Start(t, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	ectx, econn := rawConn(t, e.Endpoint)
 	gctx, gconn := rawConn(t, g.Endpoint)
 	pw := map[string]string{"u": "up", "root": "rp"}
