@@ -23,6 +23,10 @@ func (c *cluster) endpoints(idx ...int) string {
 	return strings.Join(eps, ",")
 }
 
+// writesEachSide is how many acknowledged writes TestClusterMoveLeader
+// waits for before the move and again after it.
+const writesEachSide = 10
+
 // TestClusterMoveLeader runs `etcdctl move-leader` as an operator does (the
 // endpoints of every member; etcdctl finds the leader by Status) under a
 // recorded write and watch load: leadership moves to the named follower,
@@ -54,6 +58,11 @@ func TestClusterMoveLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer load.Stop()
+	// The history must hold writes on both sides of the move, however
+	// fast etcdctl is next to the load's first writes.
+	if err := rec.AwaitAcknowledged(ctx, writesEachSide); err != nil {
+		t.Fatalf("writes before the move: %v", err)
+	}
 	if _, err := lin.Readback(ctx, rb, rec, 4, "before the move"); err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +82,11 @@ func TestClusterMoveLeader(t *testing.T) {
 	c.following(from, to)
 	if _, err := lin.Readback(ctx, rb, rec, 4, "after the move"); err != nil {
 		t.Fatal(err)
+	}
+	// Writes go on under the new leader (through every member, as the
+	// load's clients spread them).
+	if err := rec.AwaitAcknowledged(ctx, rec.Acknowledged()+writesEachSide); err != nil {
+		t.Fatalf("writes after the move: %v", err)
 	}
 
 	load.Stop()

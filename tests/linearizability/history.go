@@ -1,6 +1,7 @@
 package linearizability
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -129,10 +130,16 @@ type Recorder struct {
 	ops         []Op
 	watch       []WatchEvent
 	watchStarts []WatchStart
+	// acked counts the acknowledged writes; ackedMore is closed and
+	// replaced at each.
+	acked     int
+	ackedMore chan struct{}
 }
 
 // NewRecorder starts a history now.
-func NewRecorder() *Recorder { return &Recorder{start: time.Now()} }
+func NewRecorder() *Recorder {
+	return &Recorder{start: time.Now(), ackedMore: make(chan struct{})}
+}
 
 // Now is the time since the history began, in nanoseconds (monotonic).
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
@@ -142,6 +149,40 @@ func (r *Recorder) Add(op Op) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.ops = append(r.ops, op)
+	if _, ok := op.Acknowledged(); ok {
+		r.acked++
+		close(r.ackedMore)
+		r.ackedMore = make(chan struct{})
+	}
+}
+
+// Acknowledged returns how many writes that changed the store were
+// acknowledged so far.
+func (r *Recorder) Acknowledged() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.acked
+}
+
+// AwaitAcknowledged waits until at least n writes that changed the store
+// were acknowledged, or ctx ends. A test that injects a fault (a failover,
+// a leader move) waits for it before and after, so that the history holds
+// writes on both sides of the fault whatever the machine's speed; a
+// history without them would pass the check and prove nothing.
+func (r *Recorder) AwaitAcknowledged(ctx context.Context, n int) error {
+	for {
+		r.mu.Lock()
+		acked, more := r.acked, r.ackedMore
+		r.mu.Unlock()
+		if acked >= n {
+			return nil
+		}
+		select {
+		case <-more:
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d acknowledged writes: %w", acked, n, ctx.Err())
+		}
+	}
 }
 
 // AddEvents records watch events received together.

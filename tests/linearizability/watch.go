@@ -32,7 +32,9 @@ func StartWatcher(ctx context.Context, rec *Recorder, endpoints []string) (*Watc
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	w := &Watcher{rec: rec, cli: cli, cancel: cancel, done: make(chan struct{}), changed: make(chan struct{}), ends: map[string]int{}}
+	// Revision 1 is an empty store's: no event carries it, so a watcher
+	// that starts there has everything up to it.
+	w := &Watcher{rec: rec, cli: cli, cancel: cancel, done: make(chan struct{}), last: 1, changed: make(chan struct{}), ends: map[string]int{}}
 	go w.run(ctx)
 	return w, nil
 }
