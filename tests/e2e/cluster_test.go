@@ -8,16 +8,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/internal/pgtest"
-	"github.com/engramkv/engram/internal/proctest"
 )
-
-// clusterLease is the leader lease of the cluster test; failover should take
-// about this long.
-const clusterLease = 2 * time.Second
 
 // TestClusterOnPostgresSurvivesLeaderSIGKILL runs three engram processes over
 // one PostgreSQL through the postgres.wasm plugin, kills the leader with
@@ -27,61 +20,10 @@ const clusterLease = 2 * time.Second
 // failover took is logged, not asserted: it depends on the machine's load.
 // The test's context (three minutes) only guards against a hang.
 func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
-	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
-	pg := pgtest.Start(t)
-	cache, err := pgtest.WasmCacheDir(plugin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := make([]*node, 3)
-	for i := range nodes {
-		nodes[i] = startNode(t, nodeOptions{args: []string{
-			fmt.Sprintf("--name=pg-node-%d", i),
-			"--storage.engine=wasm",
-			"--storage.wasm.file=" + plugin,
-			"--storage.wasm.config=url=" + pg.URL("") + " table=engram_cluster",
-			"--storage.wasm.allowed-addresses=" + pg.Addr,
-			"--storage.wasm.cache-dir=" + cache,
-			"--cluster.enabled=true",
-			fmt.Sprintf("--cluster.lease-duration=%s", clusterLease),
-			fmt.Sprintf("--cluster.renew-interval=%s", clusterLease/4),
-		}})
-	}
 	ctx := testCtx(t, 3*time.Minute)
-	var eps []string
-	for _, n := range nodes {
-		eps = append(eps, n.endpoint)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-
-	// leaderOf returns the node, other than exclude, that reports itself
-	// leader.
-	leaderOf := func(exclude int) int {
-		for ctx.Err() == nil {
-			for i, n := range nodes {
-				if i == exclude {
-					continue
-				}
-				sctx, cancel := context.WithTimeout(ctx, time.Second)
-				st, err := cli.Status(sctx, n.endpoint)
-				cancel()
-				if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-					return i
-				}
-			}
-			// The leader is elected inside the engram processes, and
-			// their Status is the only view a client has of it, so it is
-			// asked again until one answers as leader.
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("no leader: %v", ctx.Err())
-		return -1
-	}
-	leader := leaderOf(-1)
+	c := startPostgresCluster(ctx, t, "pg-node", "engram_cluster", 3)
+	nodes, cli := c.nodes, c.cli
+	leader := c.leaderOf(ctx, -1)
 
 	var (
 		mu      sync.Mutex
@@ -158,7 +100,7 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 	before := count()
 	killedAt := time.Now()
 	nodes[leader].kill()
-	next := leaderOf(leader)
+	next := c.leaderOf(ctx, leader)
 	waitFor(before + 100)
 	// Failover time: from the kill to the first write acknowledged after it.
 	mu.Lock()
