@@ -43,11 +43,13 @@
 //
 // Handoff (etcd's MoveLeader) gives leadership to a named node at once
 // instead of at a lease end. The leader first stops serving: from the call
-// on, Fence fails, so no new write batch of its term starts. At its next
-// renewal round its loop steps down (the server's SteppedDown stops the
-// leader state; batches already carrying FenceOp fail once a later term
-// begins) and, instead of renewing, writes the record again with Handoff set
-// to the target, conditional on the record it read and fenced with its term.
+// on, Fence fails, so no new write batch of its term starts. The call wakes
+// its loop for a renewal round at once (writes wait for none of it, so
+// waiting for the next tick would only lengthen the gap). In that round the
+// loop steps down (the server's SteppedDown stops the leader state; batches
+// already carrying FenceOp fail once a later term begins) and, instead of
+// renewing, writes the record again with Handoff set to the target,
+// conditional on the record it read and fenced with its term.
 // The target claims a record handed to it at its next round, without the
 // usual wait, with a new term through the same takeover batch as any claim.
 // That keeps the invariant: when the target's lease starts, the old leader's
@@ -247,6 +249,12 @@ type Elector struct {
 	handoff *handoffReq
 	// changed is closed and replaced whenever the known leader changes.
 	changed chan struct{}
+
+	// wake ends the loop's wait early (a hand-off asked for); wakeLoop
+	// sends on it. (The election's tests wrap wakeLoop so that their fake
+	// clock steps the round it starts like a tick's.)
+	wake     chan struct{}
+	wakeLoop func()
 }
 
 // ErrNotLeader is returned by Fence when this node does not hold a valid
@@ -288,7 +296,9 @@ func New(opts Options) (*Elector, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real
 	}
-	return &Elector{opts: opts, log: opts.Logger, clock: opts.Clock, changed: make(chan struct{})}, nil
+	e := &Elector{opts: opts, log: opts.Logger, clock: opts.Clock, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
+	e.wakeLoop = e.signalWake
+	return e, nil
 }
 
 // Leader returns the leader this node knows of.

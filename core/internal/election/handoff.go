@@ -33,9 +33,19 @@ func (e *Elector) Handoff(ctx context.Context, target string) error {
 	return e.finishHandoff(ctx, req)
 }
 
-// askHandoff leaves the hand-off to the loop's next renewal round; nil
-// without an error: target is this node, already leader.
+// askHandoff leaves the hand-off to a renewal round of the loop, which it
+// wakes at once: from now on Fence fails, so every moment until the round
+// is a moment without writes. nil without an error: target is this node,
+// already leader.
 func (e *Elector) askHandoff(target string) (*handoffReq, error) {
+	req, err := e.setHandoff(target)
+	if req != nil {
+		e.wakeLoop()
+	}
+	return req, err
+}
+
+func (e *Elector) setHandoff(target string) (*handoffReq, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -49,6 +59,16 @@ func (e *Elector) askHandoff(target string) (*handoffReq, error) {
 	req := &handoffReq{target: target, done: make(chan error, 1)}
 	e.handoff = req
 	return req, nil
+}
+
+// signalWake makes the loop's wait end now instead of at its next tick.
+// One pending wake-up is enough: the round it starts sees every request
+// made before it.
+func (e *Elector) signalWake() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
 }
 
 // finishHandoff waits for the loop to write the hand-off, then for the

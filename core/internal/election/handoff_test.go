@@ -31,9 +31,10 @@ func result(t *testing.T, res <-chan error) error {
 	}
 }
 
-// TestHandoff: the leader stops fencing at the call, hands off at its next
-// round, the target claims at its next round with a new term (before any
-// lease could end), and a write fenced with the old term fails.
+// TestHandoff: the leader stops fencing at the call and hands off at once,
+// without waiting for its next tick; the target claims at its next round
+// with a new term (before any lease could end), and a write fenced with the
+// old term fails.
 func TestHandoff(t *testing.T) {
 	c := newCluster(t)
 	a := c.start("a", c.shared)
@@ -42,32 +43,39 @@ func TestHandoff(t *testing.T) {
 	c.clk.Advance(testRenew)
 	a.expectLeading(1)
 
+	asked := c.elapsed()
 	res := handoff(t, a, "b")
 	if a.fenceTerm() != 0 {
 		t.Fatal("the leader still fences after asking for a hand-off")
 	}
-	// One round writes the hand-off, at most one more lets b claim it.
-	c.clk.Advance(testRenew)
+	if rec, _, _ := c.record(); rec.Holder != "a" || rec.Handoff != "b" || c.elapsed() != asked {
+		t.Fatalf("record at the call, with no tick: %+v, want a handing off to b", rec)
+	}
+	a.expectFollowing()
+	// b's next round claims it.
 	c.clk.Advance(testRenew)
 	if c.elapsed() >= testLease {
 		t.Fatal("the test must run before any lease could end")
 	}
 	b.expectLeading(2)
 	c.expectRecord("b", 2, -1)
-	if err := result(t, res); err != nil {
-		t.Fatalf("hand-off: %v", err)
-	}
-	a.expectFollowing()
-	x.expectFollowing()
 	if err := c.fencedCommit(1); !IsFenced(err) {
 		t.Fatalf("a term 1 write after the hand-off: %v, want fenced", err)
 	}
 	if err := c.fencedCommit(2); err != nil {
 		t.Fatalf("term 2 write: %v", err)
 	}
+	// The others' next round sees b lead; the hand-off returns once a does.
 	c.clk.Advance(testRenew)
-	if l, ok := x.e.Leader(); !ok || l.Holder != "b" {
-		t.Fatalf("c knows leader %+v (%v), want b", l, ok)
+	if err := result(t, res); err != nil {
+		t.Fatalf("hand-off: %v", err)
+	}
+	a.expectFollowing()
+	x.expectFollowing()
+	for _, n := range []*node{a, x} {
+		if l, ok := n.e.Leader(); !ok || l.Holder != "b" {
+			t.Fatalf("%s knows leader %+v (%v), want b", n.id, l, ok)
+		}
 	}
 }
 
@@ -81,14 +89,13 @@ func TestHandoffToDeadTarget(t *testing.T) {
 	c.clk.Advance(testRenew)
 	a.expectLeading(1)
 
-	res := handoff(t, a, "b")
 	b.stop()
-	c.clk.Advance(testRenew)
+	handedAt := c.elapsed()
+	res := handoff(t, a, "b")
 	rec, _, _ := c.record()
 	if rec.Handoff != "b" || rec.Holder != "a" {
 		t.Fatalf("record after the hand-off round: %+v", rec)
 	}
-	handedAt := c.elapsed()
 	a.expectFollowing()
 	c.clk.AdvanceTo(at(handedAt + testLease))
 	a.expectLeading(2)

@@ -100,6 +100,8 @@ func (c *cluster) startWith(id string, store kv.Store, prepare func(*node)) *nod
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	// A hand-off's wake-up is stepped on the fake clock like a tick.
+	e.wakeLoop = func() { n.clock.Wake(e.signalWake) }
 	n.e = e
 	c.nodes = append(c.nodes, n)
 	ctx, cancel := context.WithCancel(context.Background())

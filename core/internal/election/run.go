@@ -23,12 +23,12 @@ import (
 //	renew  ──(renewed, or failed within the lease)───────────────────────▶ wait
 //	renew  ──(lost compare-and-swap, another holder: step down)──────────▶ wait
 //	renew  ──(record absent or malformed: step down)─────────────────────▶ claim
-//	wait   ──(tick)──────────────────────────────────────────────────────▶ renew if leading, else follow
+//	wait   ──(tick, or a hand-off asked for)─────────────────────────────▶ renew if leading, else follow
 //	wait   ──(lease ended: step down)────────────────────────────────────▶ wait
 //	any    ──(ctx ended)─────────────────────────────────────────────────▶ stop
 //
 // A round (follow or renew, maybe claim) starts at once and then every
-// RenewInterval.
+// RenewInterval, and also at once when a hand-off is asked for.
 type state uint8
 
 const (
@@ -272,6 +272,7 @@ func (l *loop) wait(ctx context.Context) state {
 		l.leaseEnded()
 		return stateWait
 	case <-l.ticker.C():
+	case <-l.e.wake:
 	}
 	if l.stopLeading != nil {
 		return stateRenew

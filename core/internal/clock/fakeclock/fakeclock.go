@@ -311,6 +311,21 @@ func (l *Loop) ring() {
 	}
 }
 
+// Wake runs send, which wakes the loop from outside the clock (a channel
+// it selects on beside its ticker, e.g. the election's hand-off), and waits
+// until the loop is idle again, then runs the check: a wake-up is stepped
+// like a tick, so the test stays deterministic.
+func (l *Loop) Wake(send func()) {
+	l.c.tb.Helper()
+	l.c.mu.Lock()
+	// A parked loop stays parked: it takes the wake-up once released.
+	l.waiting = false
+	l.c.mu.Unlock()
+	send()
+	l.WaitIdle()
+	l.c.runCheck()
+}
+
 // WaitIdle waits until the loop waits for its ticker or is parked.
 func (l *Loop) WaitIdle() {
 	l.c.tb.Helper()
