@@ -151,6 +151,18 @@ func authMgmtSteps() []authStep {
 		step("root", func(ctx context.Context, c pb.AuthClient) (*pb.AuthenticateResponse, error) {
 			return c.Authenticate(ctx, &pb.AuthenticateRequest{Name: "nosuch", Password: "x"})
 		}),
+		// A certificate-only user: a password for it is etcd's own
+		// Unknown error, at login and at a change of password.
+		step("root", func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserAddResponse, error) {
+			return c.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "cert", Options: &authpb.UserAddOptions{NoPassword: true}})
+		}),
+		step("root", func(ctx context.Context, c pb.AuthClient) (*pb.AuthenticateResponse, error) {
+			return c.Authenticate(ctx, &pb.AuthenticateRequest{Name: "cert", Password: "x"})
+		}),
+		step("root", func(ctx context.Context, c pb.AuthClient) (*pb.AuthUserChangePasswordResponse, error) {
+			return c.UserChangePassword(ctx, &pb.AuthUserChangePasswordRequest{Name: "cert", Password: "x"})
+		}),
+		userGet("root", "cert"),
 		step("root", func(ctx context.Context, c pb.AuthClient) (*pb.AuthRoleListResponse, error) {
 			return c.RoleList(ctx, &pb.AuthRoleListRequest{})
 		}),

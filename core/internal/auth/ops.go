@@ -21,10 +21,11 @@ const (
 // The changes below are etcd 3.6's (server/auth/store.go), with its errors;
 // each runs inside Mutate on a copy of the state.
 
-// errNoPasswordUser is etcd's answer for a password given to a
-// certificate-only user: it has no gRPC mapping there, so it reaches the
-// client as Unknown with the auth error's text.
-var errNoPasswordUser = status.Error(codes.Unknown, "auth: authentication failed, password was given for no password user")
+// ErrNoPasswordUser is etcd's answer for a password given to a
+// certificate-only user at Authenticate: it has no gRPC
+// mapping there, so it reaches the client as Unknown with the auth error's
+// text. The API layer passes it through as it is.
+var ErrNoPasswordUser = status.Error(codes.Unknown, "auth: authentication failed, password was given for no password user")
 
 // Enable turns auth on; it needs a root user holding the root role. An
 // enable while enabled changes nothing; neither moves the revision.
@@ -74,17 +75,17 @@ func DeleteUser(name string) Change {
 	}
 }
 
-// ChangePassword sets a user's hash.
+// ChangePassword sets a user's hash. A certificate-only user keeps having
+// none: etcd 3.6 answers success and moves the revision all the same.
 func ChangePassword(name string, hash []byte) Change {
 	return func(st *state) error {
 		u := st.Users[name]
 		if u == nil {
 			return rpctypes.ErrGRPCUserNotFound
 		}
-		if u.NoPassword {
-			return errNoPasswordUser
+		if !u.NoPassword {
+			u.Hash = hash
 		}
-		u.Hash = hash
 		return nil
 	}
 }
@@ -209,22 +210,26 @@ func RevokePermission(role string, key, end []byte) Change {
 }
 
 // Authenticate checks a password and returns a token, as etcd's
-// Authenticate: auth must be on; a missing user, a certificate-only user
-// and a wrong password all answer "authentication failed".
+// Authenticate: auth must be on; a missing user and a wrong password answer
+// "authentication failed", a certificate-only user etcd's no-password
+// error (Unknown).
 func (s *Store) Authenticate(ctx context.Context, name, password string) (string, error) {
 	st := s.state()
 	if !st.Enabled {
 		return "", rpctypes.ErrGRPCAuthNotEnabled
 	}
 	u := st.Users[name]
+	if u != nil && u.NoPassword {
+		return "", ErrNoPasswordUser
+	}
 	// A missing user is compared against a hash of the same cost, so
 	// the time taken does not tell it from a wrong password (etcd
 	// answers at once for a missing user).
 	hash := s.dummy
-	if u != nil && !u.NoPassword {
+	if u != nil {
 		hash = u.Hash
 	}
-	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || u == nil || u.NoPassword {
+	if bcrypt.CompareHashAndPassword(hash, []byte(password)) != nil || u == nil {
 		return "", rpctypes.ErrGRPCAuthFailed
 	}
 	return s.tokens.assign(ctx, name, st.Revision)

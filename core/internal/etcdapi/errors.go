@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
@@ -33,6 +34,9 @@ func toGRPC(err error) error {
 		return err
 	}
 	switch {
+	case errors.Is(err, auth.ErrNoPasswordUser):
+		// etcd's own answer, code Unknown: not an engine failure.
+		return auth.ErrNoPasswordUser
 	case errors.Is(err, mvcc.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, mvcc.ErrFutureRev):
