@@ -107,6 +107,13 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 	mb := float64(info.Snapshot.TotalSize) / (1 << 20)
 	fmt.Fprintf(stdout, "restored %s into storage.engine=%s: %d versions, %d leases, revision %d, compacted revision %d (%.1f MB in %s, %.1f MB/s)\n",
 		file, cfg.Storage.Engine, info.Rows, info.Leases, info.Rev, info.CompactRev, mb, took.Round(time.Millisecond), mb/took.Seconds())
+	if a := info.Auth; a != nil {
+		state := "off"
+		if a.Enabled {
+			state = "on"
+		}
+		fmt.Fprintf(stdout, "restored auth (%s): %d users, %d roles, auth revision %d\n", state, len(a.Users), len(a.Roles), a.Revision)
+	}
 	return 0
 }
 

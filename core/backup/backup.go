@@ -1,5 +1,6 @@
 // Package backup moves a whole store in and out as an etcd snapshot file:
-// Save writes what a Backend holds, with its revisions, as the file
+// Save writes what a Backend holds, with its revisions and the auth state
+// (users, roles, passwords' bcrypt hashes, the enabled switch), as the file
 // `etcdctl snapshot save` would have written had the store been etcd, and
 // Restore imports such a file (made by etcd or by Engram) into an empty
 // store with every revision, lease and the compacted revision intact.
@@ -21,23 +22,29 @@ import (
 	"os"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/snapshot"
 )
 
-// Save writes b's current state and the history it keeps as an etcd
+// Save writes b's current state and the history it keeps, and the auth
+// state persisted in store (users, roles, the enabled switch), as an etcd
 // snapshot file at path (which must not exist), without a hash trailer (the
 // Snapshot RPC adds it as it streams). Memory stays bounded: rows are put in
 // revision order by an external sort spilling to tempDir.
-func Save(ctx context.Context, b *mvcc.Backend, path, tempDir string) (snapshot.Info, error) {
+func Save(ctx context.Context, b *mvcc.Backend, store kv.Store, path, tempDir string) (snapshot.Info, error) {
+	a, err := auth.Export(ctx, store)
+	if err != nil {
+		return snapshot.Info{}, fmt.Errorf("backup: %w", err)
+	}
 	sorter := etcdfmt.NewSorter(tempDir, 0)
 	defer sorter.Close()
 	info, err := b.Export(ctx, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
 	if err != nil {
 		return snapshot.Info{}, fmt.Errorf("backup: export: %w", err)
 	}
-	out, err := snapshot.Write(ctx, path, snapshot.WriteOptions{CompactRev: info.CompactRev, Revision: info.Rev, Leases: info.Leases},
+	out, err := snapshot.Write(ctx, path, snapshot.WriteOptions{CompactRev: info.CompactRev, Revision: info.Rev, Leases: info.Leases, Auth: a},
 		func(yield func(*etcdfmt.Entry) error) error { return sorter.Each(ctx, yield) })
 	if err != nil {
 		return snapshot.Info{}, fmt.Errorf("backup: write %s: %w", path, err)
@@ -70,6 +77,9 @@ type RestoreInfo struct {
 	Rev, CompactRev int64
 	Rows            int64
 	Leases          int
+	// Auth is the auth state restored with the data; nil when the file
+	// held none.
+	Auth *snapshot.Auth
 }
 
 // Restore imports the snapshot file at path into store, which must be empty
@@ -133,6 +143,20 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	})
 	if err != nil {
 		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
+	}
+	// The users and roles go in before the data becomes servable, so a
+	// store that had auth on is never served with it off. A file without
+	// them still writes an empty state: it replaces one an unfinished
+	// restore of another file may have left.
+	a, err := f.Auth()
+	if err != nil {
+		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
+	}
+	if err := auth.Import(ctx, store, a); err != nil {
+		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
+	}
+	if !a.Empty() {
+		out.Auth = a
 	}
 	if err := im.Finish(ctx, mvcc.FinishOptions{Rev: out.Rev, CompactRev: out.CompactRev}); err != nil {
 		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)

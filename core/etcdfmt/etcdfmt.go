@@ -44,6 +44,19 @@ var (
 	BucketKey   = []byte("key")
 	BucketMeta  = []byte("meta")
 	BucketLease = []byte("lease")
+	// BucketAuth holds AuthEnabled and AuthRevision; BucketAuthUsers and
+	// BucketAuthRoles map a user's or role's name to its authpb.User or
+	// authpb.Role.
+	BucketAuth      = []byte("auth")
+	BucketAuthUsers = []byte("authUsers")
+	BucketAuthRoles = []byte("authRoles")
+)
+
+// Keys of etcd's "auth" bucket: AuthEnabled is one byte, 1 when auth is on
+// (0 or absent: off); AuthRevision the auth revision as 8 big-endian bytes.
+var (
+	AuthEnabled  = []byte("authEnabled")
+	AuthRevision = []byte("authRevision")
 )
 
 // Meta keys of etcd's "meta" bucket.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/snapshot"
 )
@@ -61,6 +62,20 @@ func (m *migration) base(ctx context.Context, rec mvcc.ImportRecord) error {
 	if err != nil {
 		return fmt.Errorf("migrate: import the base: %w", err)
 	}
+	// Users and roles come from the base only: etcd's watch carries no
+	// auth change, so the cut-over compares the source's auth revision
+	// with this one (checkAuth).
+	a, err := f.Auth()
+	if err != nil {
+		return fmt.Errorf("migrate: the source's snapshot: %w", err)
+	}
+	if err := auth.Import(ctx, m.opts.Store, a); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if !a.Empty() {
+		m.log.Info("imported the source's users and roles", "auth_enabled", a.Enabled, "users", len(a.Users), "roles", len(a.Roles), "auth_revision", a.Revision)
+	}
+	m.ph.AuthRev, m.ph.AuthEnabled = a.Revision, a.Enabled
 	if err := im.Advance(ctx, info.Revision); err != nil {
 		return err
 	}

@@ -64,7 +64,27 @@ func (m *migration) cutover(ctx context.Context, target int64) (Result, bool, er
 		return res, false, err
 	}
 	res.Verified = verified
+	m.checkAuth(ctx)
 	return res, true, nil
+}
+
+// checkAuth warns when the source's users, roles or permissions changed
+// after the base snapshot: the target has them as of the base (the follow
+// phase sees keys only), and a change must be made again on the target.
+func (m *migration) checkAuth(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	st, err := m.opts.Client.AuthStatus(cctx)
+	if err != nil {
+		m.log.Warn("could not read the source's auth revision to check that users and roles did not change after the base snapshot", "err", err)
+		return
+	}
+	// A source that never used auth reports revision 1 over a file that
+	// says 0 or 1.
+	if max(st.AuthRevision, 1) != max(m.ph.AuthRev, 1) || st.Enabled != m.ph.AuthEnabled {
+		m.log.Warn("users, roles, permissions or auth enable changed on the source after the base snapshot; the target has them as of the base: make those changes again on the target",
+			"base_auth_revision", m.ph.AuthRev, "source_auth_revision", st.AuthRevision, "base_auth_enabled", m.ph.AuthEnabled, "source_auth_enabled", st.Enabled)
+	}
 }
 
 // verify compares the finished store with the source at rev.

@@ -111,6 +111,10 @@ type phase struct {
 	Phase   string `json:"phase"` // "base" or "follow"
 	BaseRev int64  `json:"base_rev"`
 	Prefix  []byte `json:"prefix,omitempty"`
+	// AuthRev is the auth revision of the base snapshot, whose users and
+	// roles the target has.
+	AuthRev     uint64 `json:"auth_rev,omitempty"`
+	AuthEnabled bool   `json:"auth_enabled,omitempty"`
 }
 
 // Run migrates until ctx ends (returning ctx's error with the position

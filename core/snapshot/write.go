@@ -36,6 +36,10 @@ type WriteOptions struct {
 	Revision int64
 	// Leases are written to the lease bucket.
 	Leases []etcdfmt.Lease
+	// Auth is written to the auth, authUsers and authRoles buckets; nil
+	// (or an Auth with nothing in it): no auth buckets, as etcd restores a
+	// file without them with auth off and no users.
+	Auth *Auth
 }
 
 // term is the raft term written to meta; etcd's restore replaces it.
@@ -51,7 +55,8 @@ const term = 1
 // rows only ever append. The file has no sha256 trailer (the Snapshot RPC
 // sends its own); AppendTrailer adds one for `etcdutl snapshot restore`.
 //
-// Buckets: key (the rows), lease (opts.Leases) and meta with storageVersion
+// Buckets: the auth buckets when opts.Auth holds anything, key (the rows),
+// lease (opts.Leases) and meta with storageVersion
 // 3.6.0, consistent_index (the revision) and term (1), plus
 // finishedCompactRev and scheduledCompactRev when opts.CompactRev > 0.
 // etcdutl's status and restore need no other bucket or meta key (restore
@@ -97,7 +102,13 @@ func Write(ctx context.Context, path string, opts WriteOptions, rows func(yield 
 		}
 	}
 	w.setKeys()
-	// Buckets are hashed in name order: key, lease, meta.
+	// Buckets are hashed in name order: auth, authRoles, authUsers, key,
+	// lease, meta.
+	if !opts.Auth.Empty() {
+		if err := w.putAuth(opts.Auth); err != nil {
+			return Info{}, err
+		}
+	}
 	w.ib.bucket(etcdfmt.BucketKey)
 	if err := rows(w.add); err != nil {
 		return Info{}, err

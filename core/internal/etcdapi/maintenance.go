@@ -143,7 +143,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_Sna
 		return status.Error(codes.Internal, err.Error())
 	}
 	defer os.Remove(path)
-	info, err := backup.Save(ctx, b, path, b.TempDir())
+	info, err := backup.Save(ctx, b, m.s.store, path, b.TempDir())
 	if err != nil {
 		return toGRPC(err)
 	}
