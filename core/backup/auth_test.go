@@ -2,10 +2,7 @@ package backup_test
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/engramkv/engram/core/backup"
@@ -14,22 +11,6 @@ import (
 	"github.com/engramkv/engram/internal/etcdtest"
 	"github.com/engramkv/engram/plugins/badger"
 )
-
-// headerFields are the parts of etcdctl's output that are each server's own
-// (member and cluster IDs, revisions, raft terms).
-var headerFields = regexp.MustCompile(`("?(?:cluster_id|member_id|revision|raft_term)"?):\d+`)
-
-// clientLogs are clientv3's log lines on etcdctl's standard error.
-var clientLogs = regexp.MustCompile(`(?m)^\{"level".*\n?`)
-
-// etcdctlAs runs etcdctl against endpoint and returns what it printed, its
-// error included, with the server's own numbers and address masked.
-func etcdctlAs(t *testing.T, endpoint string, args ...string) string {
-	t.Helper()
-	out, err := etcdtest.Etcdctl(t, append([]string{"--endpoints=" + endpoint}, args...)...)
-	out = strings.ReplaceAll(fmt.Sprintf("%s|%v", out, err), endpoint, "ENDPOINT")
-	return headerFields.ReplaceAllString(clientLogs.ReplaceAllString(out, ""), "$1:N")
-}
 
 // authChecks is what an operator checks after moving a store that has auth
 // on: who may read and write what, with the passwords they had, and the
@@ -57,7 +38,7 @@ var authChecks = [][]string{
 func sameAnswers(t *testing.T, what string, want, got string) {
 	t.Helper()
 	for _, c := range authChecks {
-		w, g := etcdctlAs(t, want, c...), etcdctlAs(t, got, c...)
+		w, g := etcdtest.EtcdctlComparable(t, want, c...), etcdtest.EtcdctlComparable(t, got, c...)
 		if w != g {
 			t.Errorf("%s: etcdctl %v:\n  etcd:   %s\n  engram: %s", what, c, w, g)
 		}

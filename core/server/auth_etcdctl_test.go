@@ -1,23 +1,12 @@
 package server_test
 
 import (
-	"fmt"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
 )
-
-// headerFields are the parts of etcdctl's output that are each server's
-// own (member and cluster IDs, revisions, raft terms).
-var headerFields = regexp.MustCompile(`("?(?:cluster_id|member_id|revision|raft_term)"?):\d+`)
-
-// clientLogs are clientv3's own log lines on etcdctl's standard error
-// (retry warnings), which name timings and addresses.
-var clientLogs = regexp.MustCompile(`(?m)^\{"level".*\n?`)
 
 // TestAuthEtcdctl runs an operator's etcdctl 3.6 session against etcd 3.6
 // and Engram and compares what etcdctl prints: users, a role with a
@@ -52,14 +41,9 @@ func TestAuthEtcdctl(t *testing.T) {
 		{"auth", "status", "-w", "json"},
 	}
 	for _, s := range steps {
-		var out [2]string
-		for i, ep := range []string{e.Endpoint, g.Endpoint} {
-			o, err := etcdtest.Etcdctl(t, append([]string{"--endpoints=" + ep}, s...)...)
-			o = strings.ReplaceAll(fmt.Sprintf("%s|%v", o, err), ep, "ENDPOINT")
-			out[i] = headerFields.ReplaceAllString(clientLogs.ReplaceAllString(o, ""), "$1:N")
-		}
-		if out[0] != out[1] {
-			t.Errorf("etcdctl %v:\n  etcd:   %s\n  engram: %s", s, out[0], out[1])
+		want, got := etcdtest.EtcdctlComparable(t, e.Endpoint, s...), etcdtest.EtcdctlComparable(t, g.Endpoint, s...)
+		if want != got {
+			t.Errorf("etcdctl %v:\n  etcd:   %s\n  engram: %s", s, want, got)
 		}
 	}
 }

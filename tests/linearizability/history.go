@@ -130,16 +130,12 @@ type Recorder struct {
 	ops         []Op
 	watch       []WatchEvent
 	watchStarts []WatchStart
-	// acked counts the acknowledged writes; ackedMore is closed and
-	// replaced at each.
-	acked     int
-	ackedMore chan struct{}
+	// acked counts the acknowledged writes.
+	acked *progress
 }
 
 // NewRecorder starts a history now.
-func NewRecorder() *Recorder {
-	return &Recorder{start: time.Now(), ackedMore: make(chan struct{})}
-}
+func NewRecorder() *Recorder { return &Recorder{start: time.Now(), acked: newProgress(0)} }
 
 // Now is the time since the history began, in nanoseconds (monotonic).
 func (r *Recorder) Now() int64 { return int64(time.Since(r.start)) }
@@ -150,19 +146,13 @@ func (r *Recorder) Add(op Op) {
 	defer r.mu.Unlock()
 	r.ops = append(r.ops, op)
 	if _, ok := op.Acknowledged(); ok {
-		r.acked++
-		close(r.ackedMore)
-		r.ackedMore = make(chan struct{})
+		r.acked.add(1)
 	}
 }
 
 // Acknowledged returns how many writes that changed the store were
 // acknowledged so far.
-func (r *Recorder) Acknowledged() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.acked
-}
+func (r *Recorder) Acknowledged() int { return int(r.acked.get()) }
 
 // AwaitAcknowledged waits until at least n writes that changed the store
 // were acknowledged, or ctx ends. A test that injects a fault (a failover,
@@ -170,19 +160,10 @@ func (r *Recorder) Acknowledged() int {
 // writes on both sides of the fault whatever the machine's speed; a
 // history without them would pass the check and prove nothing.
 func (r *Recorder) AwaitAcknowledged(ctx context.Context, n int) error {
-	for {
-		r.mu.Lock()
-		acked, more := r.acked, r.ackedMore
-		r.mu.Unlock()
-		if acked >= n {
-			return nil
-		}
-		select {
-		case <-more:
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d acknowledged writes: %w", acked, n, ctx.Err())
-		}
+	if got, ok := r.acked.await(ctx, int64(n)); !ok {
+		return fmt.Errorf("%d of %d acknowledged writes: %w", got, n, ctx.Err())
 	}
+	return nil
 }
 
 // AddEvents records watch events received together.

@@ -19,10 +19,11 @@ type Watcher struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu      sync.Mutex
-	last    int64
-	changed chan struct{} // closed when last advances
-	ends    map[string]int
+	// last is the revision of the last event received.
+	last *progress
+
+	mu   sync.Mutex
+	ends map[string]int
 }
 
 // StartWatcher connects to endpoints and starts watching.
@@ -34,7 +35,7 @@ func StartWatcher(ctx context.Context, rec *Recorder, endpoints []string) (*Watc
 	ctx, cancel := context.WithCancel(ctx)
 	// Revision 1 is an empty store's: no event carries it, so a watcher
 	// that starts there has everything up to it.
-	w := &Watcher{rec: rec, cli: cli, cancel: cancel, done: make(chan struct{}), last: 1, changed: make(chan struct{}), ends: map[string]int{}}
+	w := &Watcher{rec: rec, cli: cli, cancel: cancel, done: make(chan struct{}), last: newProgress(1), ends: map[string]int{}}
 	go w.run(ctx)
 	return w, nil
 }
@@ -67,7 +68,7 @@ func (w *Watcher) run(ctx context.Context) {
 			}
 			w.rec.AddEvents(evs...)
 			next = evs[len(evs)-1].Rev() + 1
-			w.advance(next - 1)
+			w.last.advance(next - 1)
 		}
 		cancel()
 		if ctx.Err() != nil {
@@ -86,32 +87,11 @@ func (w *Watcher) run(ctx context.Context) {
 	}
 }
 
-func (w *Watcher) advance(rev int64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if rev > w.last {
-		w.last = rev
-		close(w.changed)
-		w.changed = make(chan struct{})
-	}
-}
-
 // WaitFor waits until the watcher received revision rev, or ctx ends; it
 // reports whether it did.
 func (w *Watcher) WaitFor(ctx context.Context, rev int64) bool {
-	for {
-		w.mu.Lock()
-		last, changed := w.last, w.changed
-		w.mu.Unlock()
-		if last >= rev {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-changed:
-		}
-	}
+	_, ok := w.last.await(ctx, rev)
+	return ok
 }
 
 // Stop ends the watcher and waits for it.
