@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
@@ -30,13 +29,10 @@ func toGRPC(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := status.FromError(err); ok && !isPlain(err) {
+	if s, ok := status.FromError(err); ok && (s.Code() != codes.Unknown || isAnswer(err)) {
 		return err
 	}
 	switch {
-	case errors.Is(err, auth.ErrNoPasswordUser):
-		// etcd's own answer, code Unknown: not an engine failure.
-		return auth.ErrNoPasswordUser
 	case errors.Is(err, mvcc.ErrCompacted):
 		return rpctypes.ErrGRPCCompacted
 	case errors.Is(err, mvcc.ErrFutureRev):
@@ -63,11 +59,14 @@ func toGRPC(err error) error {
 	return status.Error(codes.Internal, fmt.Sprintf("engram: %v", err))
 }
 
-// isPlain reports whether err is an ordinary Go error that status.FromError
-// would only wrap as Unknown.
-func isPlain(err error) bool {
-	s, _ := status.FromError(err)
-	return s.Code() == codes.Unknown
+// isAnswer reports whether err is itself a status error, not one wrapped
+// in a Go error: an answer made on purpose (etcd gives some with code
+// Unknown, e.g. a password for a certificate-only user), where a status
+// wrapped under other errors came from below (an engine's client) and an
+// Unknown one there is an internal failure.
+func isAnswer(err error) bool {
+	_, ok := err.(interface{ GRPCStatus() *status.Status })
+	return ok
 }
 
 // clientGone reports whether an error from a server stream's Recv means the

@@ -135,4 +135,13 @@ func TestToGRPC(t *testing.T) {
 	if got := toGRPC(errors.New("boom")); status.Code(got) != codes.Internal {
 		t.Errorf("unknown error: %v", got)
 	}
+	// etcd answers some errors with code Unknown on purpose; one wrapped
+	// under another error came from below and is an internal failure.
+	answer := status.Error(codes.Unknown, "auth: authentication failed, password was given for no password user")
+	if got := toGRPC(answer); got != answer {
+		t.Errorf("etcd's Unknown answer became %v", got)
+	}
+	if got := toGRPC(fmt.Errorf("engine: %w", status.Error(codes.Unknown, "tikv said no"))); status.Code(got) != codes.Internal || !strings.Contains(got.Error(), "tikv said no") {
+		t.Errorf("a wrapped Unknown status from an engine: %v", got)
+	}
 }
