@@ -54,11 +54,12 @@ func Export(ctx context.Context, store kv.Store) (*snapshot.Auth, error) {
 	return a, nil
 }
 
-// Import makes a the persisted auth state of store, replacing any, for a
-// store that no member serves yet (a restore, a migration's base): it
-// writes without a leader's fence. A record etcd would not have written (a
-// user or role without a name, an unknown permission type, an empty or
-// reversed key range) is refused, naming it, and nothing is written.
+// Import makes a (nil: no users, auth off) the persisted auth state of
+// store, replacing any, for a store that no member serves yet (a restore, a
+// migration's base): it writes without a leader's fence. A record etcd
+// would not have written (a user or role without a name, an unknown
+// permission type, an empty or reversed key range) is refused, naming it,
+// and nothing is written.
 func Import(ctx context.Context, store kv.Store, a *snapshot.Auth) error {
 	st, err := fromSnapshot(a)
 	if err != nil {
@@ -88,6 +89,9 @@ func Import(ctx context.Context, store kv.Store, a *snapshot.Auth) error {
 
 func fromSnapshot(a *snapshot.Auth) (*state, error) {
 	st := emptyState()
+	if a == nil {
+		return st, nil
+	}
 	st.Enabled = a.Enabled
 	// etcd's first revision is 1; a file of a store that never counted one
 	// says 0.
