@@ -5,31 +5,17 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
 )
 
-// diskUse is the allocated size of every file under dir: badger maps its
-// memtable log and value log as sparse files, so apparent sizes say little.
+// diskUse is the allocated size of every file under dir, as Size
+// measures it (diskSize).
 func diskUse(t *testing.T, dir string) int64 {
 	t.Helper()
-	var n int64
-	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return err
-		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
-		n += info.Sys().(*syscall.Stat_t).Blocks * 512
-		return nil
-	})
+	n, err := diskSize(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
