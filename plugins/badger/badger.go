@@ -48,6 +48,7 @@ import (
 	"github.com/dgraph-io/badger/v3/options"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/diskuse"
 )
 
 // Limits of this adaptor that are tighter than the kv contract's.
@@ -291,8 +292,8 @@ func (s *Store) Features() kv.Features {
 }
 
 // Size reports the bytes the engine holds on disk (its files' allocated
-// blocks, see diskSize); Status reports it as DbSize and the quota counts
-// it. An in-memory store reports 0.
+// blocks, see package diskuse); Status reports it as DbSize and the quota
+// counts it. An in-memory store reports 0.
 func (s *Store) Size() (int64, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -302,7 +303,7 @@ func (s *Store) Size() (int64, error) {
 	if s.inMemory {
 		return 0, nil
 	}
-	n, err := diskSize(s.db.Opts().Dir)
+	n, err := diskuse.Allocated(s.db.Opts().Dir)
 	if err != nil {
 		return 0, fmt.Errorf("badger: size: %w", err)
 	}

@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/diskuse"
 )
 
 // diskUse is the allocated size of every file under dir, as Size
-// measures it (diskSize).
+// measures it (diskuse.Allocated).
 func diskUse(t *testing.T, dir string) int64 {
 	t.Helper()
-	n, err := diskSize(dir)
+	n, err := diskuse.Allocated(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

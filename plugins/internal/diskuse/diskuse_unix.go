@@ -1,6 +1,6 @@
 //go:build unix
 
-package badger
+package diskuse
 
 import (
 	"io/fs"
