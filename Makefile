@@ -15,7 +15,7 @@ ARGS    ?=
 # packages they drive have race-tested tests of their own).
 RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-churn bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools
+.PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-churn bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools bench-sql
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
 # Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
@@ -205,8 +205,31 @@ bench-tools: build
 		ln -sf "$$(command -v etcd)" bin/etcd; \
 	fi
 	cd bench/harness && $(GO) build -trimpath -o ../../bin/engram-benchrun .
+	@$(MAKE) --no-print-directory bin/kine || echo "bench: building kine from bench/kine failed; the kine-* stores are skipped"
 
-# The full run: every store, 3 repeats of 5 s per workload with a server
+# kine (k3s's etcd shim) for the SQL section (issue 24), built from the Go
+# module proxy by the wrapper module bench/kine, which calls kine's own entry
+# point; to a temporary name first, so an interrupted build leaves no half
+# file. kine links SQLite through cgo: the first build takes a few minutes.
+bin/kine: bench/kine/go.mod bench/kine/go.sum bench/kine/main.go
+	mkdir -p bin
+	cd bench/kine && $(GO) build -trimpath -o ../../bin/.kine.tmp .
+	mv -f bin/.kine.tmp bin/kine
+
+# Engram on PostgreSQL and MariaDB (postgres.wasm, mysql.wasm) beside kine on
+# the same database and Engram on badger (issue 24): the harness starts a
+# throwaway PostgreSQL 15 and MariaDB on 127.0.0.1 with durability on, a
+# fresh database per store run. Where either is not installed its stores are
+# skipped with a note (an error under CI). The report goes to bin/bench-sql/;
+# make bench includes the same stores. About 10 minutes on 2 cores.
+SQL_STORES ?= engram-badger,engram-postgres,kine-postgres,engram-mysql,kine-mysql
+bench-sql: bench-tools
+	./bin/engram-benchrun --mode='make bench-sql' --stores=$(SQL_STORES) --repeats=3 --duration=5s \
+		--rss-objects=0 --profile-dir= \
+		--out=bin/bench-sql/BENCHMARKS.md --chart=bin/bench-sql/chart.png \
+		--results=bin/bench-sql/results.json $(BENCH_ARGS)
+
+# The full run: every store (the SQL ones of bench-sql too), 3 repeats of 5 s per workload with a server
 # CPU profile of each, memory after BENCH_RSS_OBJECTS objects with a
 # snapshot and restore of them, the Go benchmarks, the cost curves
 # (bench-scale's part) and the disk under churn (bench-churn's part); writes

@@ -70,6 +70,8 @@ type harness struct {
 	outMD, outChart, outJSON, repoRoot string
 	scale                              scaleRun // cost curves (scale.go)
 	churn                              churnConfig
+	kineBin, postgresWasm, mysqlWasm   string     // the SQL stores (sql.go)
+	sql                                sqlServers // their database servers
 }
 
 type rssResult struct {
@@ -107,7 +109,10 @@ func run() error {
 	flag.StringVar(&h.etcdutlBin, "etcdutl", "bin/etcdutl", "etcdutl 3.6 binary (restoring etcd's snapshot)")
 	flag.StringVar(&h.ceilingBin, "ceiling", "bin/engram-ceiling", "ceiling server binary")
 	flag.StringVar(&h.wasmFile, "wasm-file", "testplugins/bin/memkv.wasm", "memkv.wasm plugin for the engram-wasm row (skipped when missing)")
-	flag.StringVar(&stores, "stores", strings.Join([]string{storeCeiling, storeEtcd, storeBadger, storeMemkv, storeWasm}, ","), "stores to run, in this order")
+	flag.StringVar(&h.kineBin, "kine", "bin/kine", "kine binary (bench/kine) for the kine-* stores")
+	flag.StringVar(&h.postgresWasm, "postgres-wasm", "bin/postgres.wasm", "postgres adaptor for engram-postgres")
+	flag.StringVar(&h.mysqlWasm, "mysql-wasm", "bin/mysql.wasm", "mysql adaptor for engram-mysql")
+	flag.StringVar(&stores, "stores", strings.Join(append([]string{storeCeiling, storeEtcd, storeBadger, storeMemkv, storeWasm}, sqlStores...), ","), "stores to run, in this order")
 	flag.StringVar(&h.workDir, "workdir", "", "where servers keep their data (default: a temporary directory, removed afterwards)")
 	flag.StringVar(&h.mode, "mode", "make bench", "how this run was invoked, for the report")
 	flag.StringVar(&h.outMD, "out", "BENCHMARKS.md", "report to write")
@@ -158,6 +163,11 @@ func run() error {
 			}
 		}
 	}
+	h.checkSQLStores()
+	if err := h.startSQL(); err != nil {
+		return err
+	}
+	defer h.sql.stop()
 	if h.snapshot && h.p.rssObjects > 0 {
 		for _, bin := range []string{h.etcdctlBin, h.etcdutlBin} {
 			if _, err := os.Stat(bin); err != nil {
@@ -197,7 +207,10 @@ func run() error {
 	}
 	if h.p.rssObjects > 0 {
 		for _, store := range h.stores {
-			if _, skip := h.skipped[store]; skip || store == storeCeiling {
+			// The SQL stores are measured on the workloads only: kine
+			// cannot load objects in batches, and their memory is mostly
+			// the database server's.
+			if _, skip := h.skipped[store]; skip || store == storeCeiling || sqlDatabase(store) != "" {
 				continue
 			}
 			if err := h.measureRSS(ctx, store); err != nil {
@@ -219,10 +232,14 @@ func run() error {
 	return h.writeReport()
 }
 
-// workloadsFor leaves watch out for the ceiling, which delivers no events.
+// workloadsFor leaves watch out for the ceiling, which delivers no events, and
+// gives kine the workloads it accepts (kineWorkloads).
 func workloadsFor(store string) string {
 	if store == storeCeiling {
 		return "create,get,update,list,delete,mixed"
+	}
+	if isKine(store) {
+		return kineWorkloads
 	}
 	return "all"
 }
@@ -253,6 +270,7 @@ func (h *harness) benchStore(ctx context.Context, store string, rep int) error {
 	// --verbose logs the measured intervals, which the harness reads to
 	// profile the server and meter its CPU time.
 	args = append(args, "--verbose")
+	args = append(args, storeBenchArgs(store)...)
 	profile := rep == 0 && store == storeBadger && h.profileDir != ""
 	cmd := exec.CommandContext(ctx, h.engramBin, args...)
 	cmd.Stdout = io.Discard

@@ -55,6 +55,11 @@ type benchWatcher struct {
 type cpuUse struct {
 	Server, Generator time.Duration
 	Ops               int64
+	// Writer is the growth of Engram's writer busy counter over the
+	// interval (writer.go); WriterKnown is false where the server does
+	// not export it.
+	Writer      time.Duration
+	WriterKnown bool
 }
 
 // watch reads engram bench's stderr, forwards it to ours, and acts on the
@@ -64,7 +69,7 @@ func (w *benchWatcher) watch(ctx context.Context, stderr io.Reader) {
 	for sc.Scan() {
 		line := sc.Text()
 		if m := measuringLine.FindStringSubmatch(line); m != nil {
-			w.start[m[1]] = w.cpuNow()
+			w.start[m[1]] = w.cpuNow(ctx)
 			if w.profile && profiledWorkloads[m[1]] {
 				w.wg.Add(1)
 				go w.profileWorkload(ctx, m[1])
@@ -73,9 +78,10 @@ func (w *benchWatcher) watch(ctx context.Context, stderr io.Reader) {
 		}
 		if m := measuredLine.FindStringSubmatch(line); m != nil {
 			if s, ok := w.start[m[1]]; ok {
-				now := w.cpuNow()
+				now := w.cpuNow(ctx)
 				ops, _ := strconv.ParseInt(m[2], 10, 64)
-				w.cpu[m[1]] = cpuUse{Server: now.Server - s.Server, Generator: now.Generator - s.Generator, Ops: ops}
+				w.cpu[m[1]] = cpuUse{Server: now.Server - s.Server, Generator: now.Generator - s.Generator, Ops: ops,
+					Writer: now.Writer - s.Writer, WriterKnown: s.WriterKnown && now.WriterKnown}
 			}
 			continue
 		}
@@ -83,8 +89,10 @@ func (w *benchWatcher) watch(ctx context.Context, stderr io.Reader) {
 	}
 }
 
-func (w *benchWatcher) cpuNow() cpuUse {
-	return cpuUse{Server: processCPU(w.srv.cmd.Process.Pid), Generator: processCPU(w.genPid)}
+func (w *benchWatcher) cpuNow(ctx context.Context) cpuUse {
+	u := cpuUse{Server: processCPU(w.srv.cmd.Process.Pid), Generator: processCPU(w.genPid)}
+	u.Writer, u.WriterKnown = writerBusy(ctx, w.srv.httpAddr)
+	return u
 }
 
 func (w *benchWatcher) profileWorkload(ctx context.Context, wl string) {
@@ -226,8 +234,10 @@ func (h *harness) writeCPU(b *strings.Builder, stores []string) {
 		return
 	}
 	fmt.Fprintf(b, "\nCPU time per operation (user + system from `/proc/PID/stat` over each workload's measured interval, median of the repeats): the server's, the load generator's, and the throughput the machine's %d CPUs would allow if both spent only that (CPUs / total). ", h.machine.CPUs)
-	fmt.Fprintf(b, "A store whose server needs more CPU per operation than the ceiling's leaves less of the shared CPUs to the generator; where the bound is near the measured throughput, CPU is what limits it, and where it is far above, waiting is (fsync, the serial write group).\n\n")
-	fmt.Fprintf(b, "| workload | store | server µs/op | generator µs/op | total µs/op | CPU bound | measured |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	fmt.Fprintf(b, "A store whose server needs more CPU per operation than the ceiling's leaves less of the shared CPUs to the generator; where the bound is near the measured throughput, CPU is what limits it, and where it is far above, waiting is (fsync, the serial write group). ")
+	fmt.Fprintf(b, "For Engram, writer µs/op is the serial time of its single MVCC writer per operation (the growth of `%s` on the server's `/metrics` over the interval, divided by the operations; – where the server does not export it), and one writer allows is 1 s over it: the throughput no number of cores can raise. ", writerBusyMetric)
+	fmt.Fprintf(b, "For the SQL stores, server CPU is the Engram or kine process only, not the database server's.\n\n")
+	fmt.Fprintf(b, "| workload | store | server µs/op | generator µs/op | total µs/op | CPU bound | writer µs/op | one writer allows | measured |\n| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, wl := range allWorkloads {
 		for _, s := range stores {
 			us := h.cpu[s][wl]
@@ -249,7 +259,9 @@ func (h *harness) writeCPU(b *strings.Builder, stores []string) {
 			if srv+gen > 0 {
 				bound = float64(h.machine.CPUs) * 1e6 / (srv + gen)
 			}
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s |\n", wl, s, fnum(srv), fnum(gen), fnum(srv+gen), fnum(bound), fnum(median(h.results(s, wl), tput)))
+			wr := writerPerOp(us)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", wl, s, fnum(srv), fnum(gen), fnum(srv+gen), fnum(bound),
+				fmtUS(wr), fnum(oneWriterAllows(wr)), fnum(median(h.results(s, wl), tput)))
 		}
 	}
 }

@@ -191,6 +191,7 @@ func (h *harness) writeReport() error {
 	if samples := h.errorSamples(stores); samples != "" {
 		w("\nErrors seen (first distinct messages):\n\n%s", samples)
 	}
+	h.writeSQL(&b)
 
 	w("\n## Memory\n\n")
 	if h.p.rssObjects == 0 {

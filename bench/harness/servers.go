@@ -31,6 +31,12 @@ var storeInfo = map[string]string{
 	storeBadger:  "Engram on badger (the default engine): every acknowledged write fsynced",
 	storeMemkv:   "Engram on memkv: in memory, no durability",
 	storeWasm:    "Engram on memkv.wasm through the WebAssembly host: in memory, no durability; its linear memory cap raised from the default 256 MiB to the wasm32 maximum of 4 GiB, so it can hold what native memkv holds",
+	// The SQL stores (sql.go) share one database server per database, a
+	// fresh database for every run.
+	storePostgres:     "Engram on PostgreSQL through bin/postgres.wasm (the adaptor's defaults: 4 instances of up to 4 connections)",
+	storeMySQL:        "Engram on MariaDB through bin/mysql.wasm (the adaptor's defaults: 4 instances of up to 4 connections)",
+	storeKinePostgres: "kine (k3s's etcd shim, bench/kine) on the same PostgreSQL, its defaults (at most 20 idle connections, no cap on open ones); measured on create only (see the SQL section)",
+	storeKineMySQL:    "kine (bench/kine) on the same MariaDB, its defaults; measured on create only (see the SQL section)",
 }
 
 // server is one running store process.
@@ -112,6 +118,16 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 		s.args = append([]string{"serve", "--listen-client-urls=http://" + s.endpoint, "--http.listen=" + s.httpAddr,
 			"--data-dir=" + filepath.Join(dir, "data"), "--log.level=warn"}, engramStorageArgs(kind, h.wasmFile)...)
 		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.httpAddr+"/readyz") }
+	case storePostgres, storeMySQL:
+		if bin, s.args, s.httpAddr, err = h.sqlArgs(kind, s.endpoint, filepath.Join(dir, "data")); err != nil {
+			return nil, err
+		}
+		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.httpAddr+"/readyz") }
+	case storeKinePostgres, storeKineMySQL:
+		if bin, s.args, _, err = h.sqlArgs(kind, s.endpoint, ""); err != nil {
+			return nil, err
+		}
+		ready = func(ctx context.Context) error { return dialable(ctx, s.endpoint) }
 	default:
 		return nil, fmt.Errorf("unknown store %q", kind)
 	}

@@ -75,16 +75,31 @@ func Start(t testing.TB) *Server {
 	return proctest.StartFor(t, "MariaDB", Launch, ErrNotInstalled)
 }
 
+// Options change how Launch runs the server.
+type Options struct {
+	// Durable keeps InnoDB's durability on (the redo log flushed at every
+	// commit, the doublewrite buffer: MariaDB's defaults), for benchmarks
+	// that must pay for the disk as a real deployment does. Tests leave
+	// it off. The binary log stays off either way.
+	Durable bool
+	// Settings are more mariadbd options (--NAME=VALUE), applied after the
+	// package's own, so they override them.
+	Settings []string
+}
+
 // Launch starts a server that the caller stops with Stop. If the process
 // ends without calling Stop, the server is stopped and its directory removed
 // anyway, so a server shared by all tests of a process may simply be left
 // running.
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return LaunchWith(Options{}) }
+
+// LaunchWith is Launch with options.
+func LaunchWith(o Options) (*Server, error) {
 	b, err := findBins()
 	if err != nil {
 		return nil, err
 	}
-	return proctest.Retry(3, func() (*Server, error) { return launch(b) })
+	return proctest.Retry(3, func() (*Server, error) { return launch(b, o) })
 }
 
 // bins are the programs a server needs.
@@ -92,7 +107,7 @@ type bins struct {
 	server, install, client string
 }
 
-func launch(b bins) (*Server, error) {
+func launch(b bins, o Options) (*Server, error) {
 	dir, cred, err := proctest.TempDir("mysql", "engram-mysql-")
 	if err != nil {
 		return nil, fmt.Errorf("mysqltest: %w", err)
@@ -131,21 +146,25 @@ func launch(b bins) (*Server, error) {
 		return nil, fmt.Errorf("mysqltest: %w", err)
 	}
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bins: b}
-	// Durability is off (no flush at commit, no doublewrite, no binary
-	// log): the data is thrown away, and tests should measure Engram, not
-	// the disk. max_connections covers a few stores of pooled plugin
-	// instances open at once. max_allowed_packet stays MariaDB's 16M
-	// (MySQL 8's is 64M), so that big batches take several round trips.
+	// Durability is off unless asked for (no flush at commit, no
+	// doublewrite), and there is no binary log: the data is thrown away,
+	// and tests should measure Engram, not the disk. max_connections
+	// covers a few stores of pooled plugin instances open at once.
+	// max_allowed_packet stays MariaDB's 16M (MySQL 8's is 64M), so that
+	// big batches take several round trips.
 	cmd := exec.Command(b.server, "--no-defaults", "--datadir="+data,
 		"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-networking=0",
 		"--socket="+filepath.Join(dir, "sock"), "--pid-file="+filepath.Join(dir, "pid"),
 		"--skip-name-resolve", "--init-file="+initSQL, "--skip-log-bin",
-		"--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0",
 		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=64M",
 		"--max-connections=300")
+	if !o.Durable {
+		cmd.Args = append(cmd.Args, "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0")
+	}
 	if cred != nil {
 		cmd.Args = append(cmd.Args, "--user=mysql")
 	}
+	cmd.Args = append(cmd.Args, o.Settings...)
 	// SIGTERM is mariadbd's normal shutdown.
 	s.proc, err = proctest.Start("mariadbd", cmd, dir, syscall.SIGTERM, cred)
 	if err != nil {

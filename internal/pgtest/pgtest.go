@@ -74,19 +74,33 @@ func Start(t testing.TB) *Server {
 	return proctest.StartFor(t, "PostgreSQL", Launch, ErrNotInstalled)
 }
 
+// Options change how Launch runs the server.
+type Options struct {
+	// Durable keeps PostgreSQL's durability on (fsync, synchronous_commit,
+	// full_page_writes: its defaults), for benchmarks that must pay for
+	// the disk as a real deployment does. Tests leave it off.
+	Durable bool
+	// Settings are more NAME=VALUE server settings (postgres -c), applied
+	// after the package's own, so they override them.
+	Settings []string
+}
+
 // Launch starts a server that the caller stops with Stop. If the process
 // ends without calling Stop, the server is stopped and its directory removed
 // anyway, so a server shared by all tests of a process may simply be left
 // running.
-func Launch() (*Server, error) {
+func Launch() (*Server, error) { return LaunchWith(Options{}) }
+
+// LaunchWith is Launch with options.
+func LaunchWith(o Options) (*Server, error) {
 	bin, version, err := findBin()
 	if err != nil {
 		return nil, err
 	}
-	return proctest.Retry(3, func() (*Server, error) { return launch(bin, version) })
+	return proctest.Retry(3, func() (*Server, error) { return launch(bin, version, o) })
 }
 
-func launch(bin, version string) (*Server, error) {
+func launch(bin, version string, o Options) (*Server, error) {
 	dir, cred, err := proctest.TempDir("postgres", "engram-pg-")
 	if err != nil {
 		return nil, fmt.Errorf("pgtest: %w", err)
@@ -110,12 +124,18 @@ func launch(bin, version string) (*Server, error) {
 		return nil, fmt.Errorf("pgtest: %w", err)
 	}
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, User: "postgres", Dir: dir, Version: version, bin: bin}
-	// fsync and friends are off: the data is thrown away, and tests should
-	// measure Engram, not the disk. max_connections covers a few stores of
-	// pooled plugin instances open at once.
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=300", "-c", "shared_buffers=64MB")
+	// fsync and friends are off unless asked for: the data is thrown away,
+	// and tests should measure Engram, not the disk. max_connections
+	// covers a few stores of pooled plugin instances open at once.
+	args := []string{"-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "shared_buffers=64MB"}
+	if !o.Durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for _, kv := range o.Settings {
+		args = append(args, "-c", kv)
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	// SIGINT is PostgreSQL's fast shutdown: open sessions are ended.
 	s.proc, err = proctest.Start("postgres", cmd, dir, syscall.SIGINT, cred)
 	if err != nil {
