@@ -94,6 +94,10 @@ func TestMySQL(t *testing.T) {
 		sqlScanConns(t, mysqlEnv.open(t, "pool-size=2", StoreOptions{PoolSize: 1}))
 	})
 
+	t.Run("ManyRows", func(t *testing.T) {
+		sqlManyRows(t, mysqlEnv.open(t, "", StoreOptions{}))
+	})
+
 	t.Run("Server", func(t *testing.T) {
 		st := mysqlEnv.open(t, "", StoreOptions{})
 		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
@@ -340,5 +344,7 @@ func mysqlOppositeOrders(t *testing.T, my *mysqltest.Server, s kv.Store) {
 //
 //	go test -run '^$' -bench BenchmarkMySQL -benchtime 2000x ./host
 func BenchmarkMySQL(b *testing.B) {
-	benchSQLAdaptor(b, mysqlEnv.open(b, "", StoreOptions{PoolSize: 1}), &mysqlEnv.benchSeq)
+	s := mysqlEnv.open(b, "", StoreOptions{PoolSize: 1})
+	benchSQLAdaptor(b, s, &mysqlEnv.benchSeq)
+	benchSQLGroups(b, s, &mysqlEnv.benchSeq)
 }

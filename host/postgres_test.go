@@ -1,9 +1,11 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,6 +53,10 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("ScanConnections", func(t *testing.T) {
 		sqlScanConns(t, postgresEnv.open(t, "pool-size=2", StoreOptions{PoolSize: 1}))
+	})
+
+	t.Run("ManyRows", func(t *testing.T) {
+		sqlManyRows(t, postgresEnv.open(t, "", StoreOptions{}))
 	})
 
 	t.Run("Server", func(t *testing.T) {
@@ -112,7 +118,9 @@ func TestPostgres(t *testing.T) {
 //
 //	go test -run '^$' -bench BenchmarkPostgres -benchtime 2000x ./host
 func BenchmarkPostgres(b *testing.B) {
-	benchSQLAdaptor(b, postgresEnv.open(b, "", StoreOptions{PoolSize: 1}), &postgresEnv.benchSeq)
+	s := postgresEnv.open(b, "", StoreOptions{PoolSize: 1})
+	benchSQLAdaptor(b, s, &postgresEnv.benchSeq)
+	benchSQLGroups(b, s, &postgresEnv.benchSeq)
 }
 
 // The rest of this file is shared by TestPostgres and TestMySQL: what
@@ -218,6 +226,169 @@ func benchSQLAdaptor(b *testing.B, s kv.Store, seq *int) {
 			cur = next
 		}
 	})
+}
+
+// benchSQLGroups runs the group benchmarks on s: one Commit shaped like
+// Engram's write group of 300 clients' requests (issue 24), the batch whose
+// cost bounds a SQL store's write throughput once the writer pipelines its
+// commits. CreateGroup300 is 300 creates: a put-if-absent of each new
+// revision key (random 70-byte keys, a 512-byte value with its header) and
+// the change-log record of each revision (the first put-if-absent). Update
+// Group300 is 300 updates of those keys: a compare-and-swap of each revision
+// key, the replaced version moved to history, and the change-log records.
+// ops/s in the output counts the batch's ops.
+func benchSQLGroups(b *testing.B, s kv.Store, seq *int) {
+	ctx := context.Background()
+	const group = 300
+	rng := rand.New(rand.NewPCG(1, uint64(*seq)))
+	value := make([]byte, 600)
+	var keys [][]byte
+	var cur [][]byte
+	b.Run("CreateGroup300", func(b *testing.B) {
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			keys, cur = keys[:0], cur[:0]
+			ops := make([]kv.Op, 0, 2*group)
+			for range group {
+				k := make([]byte, 70)
+				for i := range k {
+					k[i] = 'a' + byte(rng.IntN(26))
+				}
+				keys = append(keys, k)
+				cur = append(cur, value)
+				ops = append(ops, kv.PutIfAbsent(append([]byte("r/"), k...), value))
+			}
+			for i := range group {
+				*seq++
+				op := kv.Put(fmt.Appendf(nil, "e/%016x", *seq), make([]byte, 100))
+				if i == 0 {
+					op.Kind = kv.OpPutIfAbsent
+				}
+				ops = append(ops, op)
+			}
+			if err := s.Commit(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(2*group*b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
+	b.Run("UpdateGroup300", func(b *testing.B) {
+		if len(keys) < group {
+			b.Skip("CreateGroup300 did not run")
+		}
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for b.Loop() {
+			ops := make([]kv.Op, 0, 3*group)
+			next := make([][]byte, group)
+			for i, k := range keys {
+				*seq++
+				next[i] = fmt.Appendf(append([]byte(nil), value[:500]...), "%016x", *seq)
+				ops = append(ops, kv.CompareAndSwap(append([]byte("r/"), k...), cur[i], next[i]))
+				ops = append(ops, kv.Put(fmt.Appendf(append([]byte("h/"), k...), "/%016x", *seq), cur[i]))
+			}
+			for i := range group {
+				op := kv.Put(fmt.Appendf(nil, "e/%016x", *seq+int(i)+1), make([]byte, 100))
+				if i == 0 {
+					op.Kind = kv.OpPutIfAbsent
+				}
+				ops = append(ops, op)
+			}
+			*seq += group
+			if err := s.Commit(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+			cur = next
+		}
+		b.ReportMetric(float64(3*group*b.N)/b.Elapsed().Seconds(), "ops/s")
+	})
+}
+
+// sqlManyRows commits batches of hundreds of ops of one kind, which the
+// SQL adaptors write as multi-row statements: a failed condition inside
+// such a statement must still name the lowest failing op with its key's
+// value and apply nothing, and a run bigger than one packet (MariaDB's
+// max_allowed_packet is 16 MiB) must split and still be atomic.
+func sqlManyRows(t *testing.T, s kv.Store) {
+	ctx := context.Background()
+	key := func(p string, i int) []byte { return fmt.Appendf(nil, "%s/%03d", p, i) }
+	var ops []kv.Op
+	for i := range 300 {
+		ops = append(ops, kv.Put(key("m", i), []byte("v0")))
+	}
+	ops = append(ops, kv.Put(key("n", 150), []byte("x150")), kv.Put(key("n", 200), []byte("x200")))
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(name string, ops []kv.Op, index int, current string) {
+		t.Helper()
+		err := s.Commit(ctx, ops)
+		ce, ok := kv.AsConflict(err)
+		if !ok || ce.Index != index || !bytes.Equal(ce.Key, ops[index].Key) || !ce.Exists || string(ce.Current) != current {
+			t.Errorf("%s: Commit = %v, want a conflict on op %d (%s) holding %q", name, err, index, ops[index].Key, current)
+		}
+	}
+	// Put-if-absents in descending key order: n/200 (op 99) fails before
+	// n/150 (op 149) in the batch, after it in the statement.
+	ops = ops[:0]
+	for i := 299; i >= 0; i-- {
+		ops = append(ops, kv.PutIfAbsent(key("n", i), []byte("new")))
+	}
+	expect("put-if-absent", ops, 99, "x200")
+	cas := func(from string, wrong int) []kv.Op {
+		var ops []kv.Op
+		for i := range 300 {
+			exp := from
+			if i == wrong {
+				exp = "nope"
+			}
+			ops = append(ops, kv.CompareAndSwap(key("m", i), []byte(exp), []byte("v1")))
+		}
+		return ops
+	}
+	expect("compare-and-swap", cas("v0", 120), 120, "v0")
+	cad := cas("v0", 7)
+	for i := range cad {
+		cad[i] = kv.CompareAndDelete(cad[i].Key, cad[i].Expected)
+	}
+	expect("compare-and-delete", cad, 7, "v0")
+	for i := range 300 {
+		if v, err := s.Get(ctx, key("m", i)); err != nil || string(v) != "v0" {
+			t.Fatalf("%s = %q, %v after failed batches, want v0", key("m", i), v, err)
+		}
+		if _, err := s.Get(ctx, key("n", i)); i != 150 && i != 200 && !errors.Is(err, kv.ErrNotFound) {
+			t.Fatalf("%s exists after a failed batch (%v)", key("n", i), err)
+		}
+	}
+	// The same kinds succeeding, with a put run beside them.
+	ops = cas("v0", -1)
+	for i := range 300 {
+		ops = append(ops, kv.Put(key("p", i), []byte("p")))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, key("m", 299)); err != nil || string(v) != "v1" {
+		t.Errorf("m/299 = %q, %v, want v1", v, err)
+	}
+	// 20 MiB of put-if-absents, the last one failing: several packets.
+	big := make([]byte, 1<<20)
+	ops = ops[:0]
+	for i := range 20 {
+		ops = append(ops, kv.PutIfAbsent(key("big", i), big))
+	}
+	ops = append(ops, kv.PutIfAbsent(key("m", 0), big))
+	expect("put-if-absent over several packets", ops, 20, "v1")
+	if _, err := s.Get(ctx, key("big", 0)); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("big/000 exists after a failed batch (%v)", err)
+	}
+	if err := s.Commit(ctx, ops[:20]); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, key("big", 19)); err != nil || len(v) != len(big) {
+		t.Errorf("big/019 holds %d bytes, %v", len(v), err)
+	}
 }
 
 // refusedConfig is a configuration INIT must refuse, with an error that

@@ -33,10 +33,38 @@ func (s *store) Commit(ctx context.Context, ops []sdk.Op) error {
 	return sqlkv.Commit(ctx, s.pool, s.drv, ops)
 }
 
-// Write sends beginCommit and every op's statement, in one round trip
-// unless they exceed the server's max_allowed_packet; each statement's
-// affected-row count says whether its condition held.
+// Write sends beginCommit and the batch's writes, in one round trip unless
+// they exceed the server's max_allowed_packet. The ops go in key order;
+// each run of consecutive puts or put-if-absents is one multi-row INSERT
+// (split only at the packet limit), so a group of Engram's creates, whose
+// internal keyspaces keep each kind of write together, is three statements
+// instead of hundreds (DESIGN.md: "Statements per round trip in the SQL
+// adaptors"); the other ops are a statement each, whose affected-row count
+// says whether its condition held. Rows are locked in key order across the
+// whole batch, as with a statement per op.
+//
+// A multi-row INSERT IGNORE counts the rows it inserted, not which: when it
+// falls short, some put-if-absent found its key and the batch fails, so
+// Write rolls back and runs the batch again a statement per op to learn
+// which op failed first. Nothing was committed either time.
 func (d *adaptor) Write(c *conn, ops []sdk.Op, order []int) ([]int64, error) {
+	affected, short, err := d.write(c, ops, order, true)
+	if err != nil || !short {
+		return affected, err
+	}
+	c.rollback()
+	if c.bad || c.inTx {
+		return nil, fmt.Errorf("rolling back to find the failed put-if-absent: %w", sdk.ErrUnavailable)
+	}
+	affected, _, err = d.write(c, ops, order, false)
+	return affected, err
+}
+
+// write sends the batch with its runs of puts and put-if-absents in
+// multi-row INSERTs (multi) or a statement per op. short reports a
+// multi-row INSERT IGNORE that inserted fewer rows than it had: the
+// affected counts of its ops are then unknown.
+func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affected []int64, short bool, err error) {
 	limit := d.maxPacket - 1024 // room for the packet header and slack
 	counts := make([]int64, 0, len(ops)+beginStatements)
 	buf := append(d.buf[:0], beginCommit...)
@@ -51,39 +79,102 @@ func (d *adaptor) Write(c *conn, ops []sdk.Op, order []int) ([]int64, error) {
 		buf = buf[:0]
 		return nil
 	}
-	for _, i := range order {
-		op := &ops[i]
-		// An upper bound of the statement's length, so that a packet is
-		// sent before it would grow past the server's limit.
-		est := 512 + 3*litLen(len(op.Key)) + litLen(len(op.Value)) + litLen(len(op.Expected))
+	// start begins a statement of about est bytes, sending what the
+	// packet holds first if the statement would not fit.
+	start := func(est int) error {
 		if len(buf) > 0 && len(buf)+est > limit {
 			if err := send(); err != nil {
-				return nil, err
+				return err
 			}
 		}
 		if len(buf) > 0 {
 			buf = append(buf, ';')
 		}
-		switch op.Kind {
-		case sdk.OpPut:
-			buf = d.sql.put(buf, op.Key, sqlkv.NonNil(op.Value))
-		case sdk.OpDelete:
-			buf = d.sql.del(buf, op.Key)
-		case sdk.OpPutIfAbsent:
-			buf = d.sql.putNew(buf, op.Key, sqlkv.NonNil(op.Value))
-		case sdk.OpCompareAndSwap:
-			buf = d.sql.cas(buf, op.Key, sqlkv.NonNil(op.Value), sqlkv.NonNil(op.Expected))
-		case sdk.OpCompareAndDelete:
-			buf = d.sql.cad(buf, op.Key, sqlkv.NonNil(op.Expected))
+		return nil
+	}
+	// stmts are the runs of positions in order that the statements cover,
+	// in the order sent.
+	var stmts []sqlkv.Run
+	for _, r := range sqlkv.Runs(ops, order) {
+		if multi && r.Len() > 1 && (r.Kind == sdk.OpPutIfAbsent || r.Kind == sdk.OpPut) {
+			verb, suffix := "INSERT IGNORE", ""
+			if r.Kind == sdk.OpPut {
+				verb, suffix = "INSERT", upsert
+			}
+			cur := sqlkv.Run{Kind: r.Kind, From: r.From, To: r.From} // the current statement's
+			for k := r.From; k < r.To; k++ {
+				op := &ops[order[k]]
+				est := 64 + 3*litLen(len(op.Key)) + litLen(len(op.Value)) + len(suffix)
+				if cur.Len() > 0 && len(buf)+est > limit {
+					// The statement is full: end it and send the packet.
+					buf = append(buf, suffix...)
+					stmts = append(stmts, cur)
+					if err := send(); err != nil {
+						return nil, false, err
+					}
+					cur.From = k
+				}
+				if cur.Len() == 0 {
+					if err := start(est + 256); err != nil {
+						return nil, false, err
+					}
+					buf = d.sql.insertHead(buf, verb)
+				} else {
+					buf = append(buf, ',')
+				}
+				buf = d.sql.insertRow(buf, op.Key, sqlkv.NonNil(op.Value))
+				cur.To = k + 1
+			}
+			buf = append(buf, suffix...)
+			stmts = append(stmts, cur)
+			continue
+		}
+		for k := r.From; k < r.To; k++ {
+			op := &ops[order[k]]
+			// An upper bound of the statement's length.
+			if err := start(512 + 3*litLen(len(op.Key)) + litLen(len(op.Value)) + litLen(len(op.Expected))); err != nil {
+				return nil, false, err
+			}
+			switch op.Kind {
+			case sdk.OpPut:
+				buf = d.sql.put(buf, op.Key, sqlkv.NonNil(op.Value))
+			case sdk.OpDelete:
+				buf = d.sql.del(buf, op.Key)
+			case sdk.OpPutIfAbsent:
+				buf = d.sql.putNew(buf, op.Key, sqlkv.NonNil(op.Value))
+			case sdk.OpCompareAndSwap:
+				buf = d.sql.cas(buf, op.Key, sqlkv.NonNil(op.Value), sqlkv.NonNil(op.Expected))
+			case sdk.OpCompareAndDelete:
+				buf = d.sql.cad(buf, op.Key, sqlkv.NonNil(op.Expected))
+			}
+			stmts = append(stmts, sqlkv.Run{Kind: op.Kind, From: k, To: k + 1})
 		}
 	}
-	if err := send(); err != nil {
-		return nil, err
+	if len(buf) > 0 {
+		if err := send(); err != nil {
+			return nil, false, err
+		}
 	}
-	if len(counts) != len(ops)+beginStatements {
-		return nil, fmt.Errorf("the server answered %d results to %d statements", len(counts), len(ops)+beginStatements)
+	if len(counts) != len(stmts)+beginStatements {
+		return nil, false, fmt.Errorf("the server answered %d results to %d statements", len(counts), len(stmts)+beginStatements)
 	}
-	return counts[beginStatements:], nil
+	counts = counts[beginStatements:]
+	affected = make([]int64, len(order))
+	for s, r := range stmts {
+		switch {
+		case r.Len() == 1:
+			affected[r.From] = counts[s]
+		case r.Kind == sdk.OpPutIfAbsent && counts[s] != int64(r.Len()):
+			short = true
+		default:
+			// Every row inserted (INSERT IGNORE), or unconditional (an
+			// upsert counts 1 or 2 per row).
+			for k := r.From; k < r.To; k++ {
+				affected[k] = 1
+			}
+		}
+	}
+	return affected, short, nil
 }
 
 // Conflict reads key and rolls back, in one round trip.

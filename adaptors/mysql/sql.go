@@ -109,10 +109,20 @@ func (s statements) get(buf, key []byte) []byte {
 
 // insert is the INSERT of a new row; verb is "INSERT" or "INSERT IGNORE".
 func (s statements) insert(buf []byte, verb string, key, value []byte) []byte {
+	return s.insertRow(s.insertHead(buf, verb), key, value)
+}
+
+// insertHead is an INSERT up to its VALUES, which insertRow appends, the
+// rows separated by commas.
+func (s statements) insertHead(buf []byte, verb string) []byte {
 	buf = append(buf, verb...)
 	buf = append(buf, " INTO "...)
 	buf = append(buf, s.table...)
-	buf = append(buf, " (internal_key, value, key_head, key_tail_hash) VALUES ("...)
+	return append(buf, " (internal_key, value, key_head, key_tail_hash) VALUES "...)
+}
+
+func (s statements) insertRow(buf, key, value []byte) []byte {
+	buf = append(buf, '(')
 	buf = appendLit(buf, key)
 	buf = append(buf, ", "...)
 	buf = appendLit(buf, value)
@@ -123,12 +133,15 @@ func (s statements) insert(buf []byte, verb string, key, value []byte) []byte {
 	return append(buf, ')')
 }
 
-// put is an upsert. VALUES(value) is deprecated in MySQL 8.0.20 but works
-// in every version of both servers (MariaDB lacks the row alias that
-// replaces it), and it avoids sending the value twice.
+// upsert ends an INSERT of insertHead("INSERT") as an upsert. VALUES(value)
+// is deprecated in MySQL 8.0.20 but works in every version of both servers
+// (MariaDB lacks the row alias that replaces it), and it avoids sending the
+// value twice.
+const upsert = " ON DUPLICATE KEY UPDATE value = VALUES(value)"
+
+// put is an upsert.
 func (s statements) put(buf, key, value []byte) []byte {
-	buf = s.insert(buf, "INSERT", key, value)
-	return append(buf, " ON DUPLICATE KEY UPDATE value = VALUES(value)"...)
+	return append(s.insert(buf, "INSERT", key, value), upsert...)
 }
 
 // putNew inserts only an absent key: 1 row affected, or 0 for a duplicate.

@@ -46,6 +46,15 @@ type statements struct {
 	cas    string
 	cad    string
 	del    string
+	// The multi-row forms of the writes (batch.go): each takes arrays
+	// (unnest) and handles every op of its kind in a batch in one
+	// statement; the conditional ones return the keys whose condition
+	// held.
+	putMany    string
+	putNewMany string
+	casMany    string
+	cadMany    string
+	delMany    string
 	// pages[reverse][lower][upper] is a page query; see pageSQL.
 	pages [2][3][2]string
 }
@@ -74,6 +83,18 @@ func newStatements(table string) *statements {
 		cad: fmt.Sprintf(`DELETE FROM %s WHERE %s AND value = $2`, table, match),
 		del: fmt.Sprintf(`DELETE FROM %s WHERE %s`, table, match),
 	}
+	// umatch is match for the key column k of the unnested arrays u.
+	umatch := fmt.Sprintf(`t.key_head = substring(u.k FROM 1 FOR %[1]d) AND t.key_tail_hash = (CASE WHEN octet_length(u.k) > %[1]d
+		THEN sha256(substring(u.k FROM %[2]d)) ELSE ''::bytea END)`, headLen, headLen+1)
+	s.putMany = fmt.Sprintf(`INSERT INTO %s (internal_key, value) SELECT k, v FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
+			ON CONFLICT (key_head, key_tail_hash) DO UPDATE SET value = EXCLUDED.value`, table)
+	s.putNewMany = fmt.Sprintf(`INSERT INTO %s (internal_key, value) SELECT k, v FROM unnest($1::bytea[], $2::bytea[]) AS u(k, v)
+			ON CONFLICT (key_head, key_tail_hash) DO NOTHING RETURNING internal_key`, table)
+	s.casMany = fmt.Sprintf(`UPDATE %s AS t SET value = u.v FROM unnest($1::bytea[], $2::bytea[], $3::bytea[]) AS u(k, v, e)
+			WHERE %s AND t.value = u.e RETURNING t.internal_key`, table, umatch)
+	s.cadMany = fmt.Sprintf(`DELETE FROM %s AS t USING unnest($1::bytea[], $2::bytea[]) AS u(k, e)
+			WHERE %s AND t.value = u.e RETURNING t.internal_key`, table, umatch)
+	s.delMany = fmt.Sprintf(`DELETE FROM %s AS t USING unnest($1::bytea[]) AS u(k) WHERE %s`, table, umatch)
 	for rev := range 2 {
 		for lower := range 3 {
 			for upper := range 2 {

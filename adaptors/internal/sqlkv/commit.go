@@ -16,10 +16,12 @@ import (
 // calls, and what its server's errors mean. Its methods run one statement
 // batch each on a connection the caller holds.
 type Driver[C Conn] interface {
-	// Write begins a READ COMMITTED transaction on c and runs the
-	// statements of ops in the given order, in as few round trips as it
-	// can; it returns the rows each statement affected, by position in
-	// order. It does not end the transaction, even on error.
+	// Write begins a READ COMMITTED transaction on c and writes ops in
+	// the given order, in as few round trips and statements as it can
+	// (Runs); it returns, by position in order, the rows each op's write
+	// affected: 1 where a conditional op's condition held. It may roll
+	// back and start again before returning, but it does not end the
+	// transaction it returns in, even on error.
 	Write(c C, ops []sdk.Op, order []int) (affected []int64, err error)
 	// Conflict reads key's committed value inside c's transaction and
 	// rolls the transaction back.
@@ -204,4 +206,29 @@ func ClassifyTransport(err error, timeout bool) error {
 		return fmt.Errorf("%w: %w", sdk.ErrDeadline, err)
 	}
 	return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)
+}
+
+// Run is a stretch of a batch in key order whose ops are all of one kind:
+// positions From to To (exclusive) of the order Commit passes to Write. An
+// adaptor writes a run in one multi-row statement, which keeps the batch's
+// rows locked in key order.
+type Run struct {
+	Kind     sdk.OpKind
+	From, To int
+}
+
+// Len is the number of ops in r.
+func (r Run) Len() int { return r.To - r.From }
+
+// Runs splits order, positions of ops in key order, into runs of one kind.
+func Runs(ops []sdk.Op, order []int) []Run {
+	var runs []Run
+	for k, i := range order {
+		if n := len(runs); n > 0 && runs[n-1].Kind == ops[i].Kind {
+			runs[n-1].To = k + 1
+			continue
+		}
+		runs = append(runs, Run{Kind: ops[i].Kind, From: k, To: k + 1})
+	}
+	return runs
 }

@@ -2,11 +2,12 @@
 // their driver: the KEY=VALUE configuration with its common settings, the
 // per-instance connection pool (with the re-run of a call whose pooled
 // connection had died while idle), the commit loop (key-ordered
-// statements, retries of transactions the server aborted, and the rule
-// that only a COMMIT left unanswered is UNCERTAIN), the scan iterator
-// (a single statement for a scan that fits in one page, a snapshot
-// transaction on a held connection for a longer one), and the head+hash
-// layout of keys in a table.
+// statements, split into runs of one kind that an adaptor may write as one
+// multi-row statement each, retries of transactions the server aborted,
+// and the rule that only a COMMIT left unanswered is UNCERTAIN), the scan
+// iterator (a single statement for a scan that fits in one page, a
+// snapshot transaction on a held connection for a longer one), and the
+// head+hash layout of keys in a table.
 //
 // An adaptor supplies a Driver and a Pager: SQL text, driver calls, the
 // classification of its server's errors, and where a scan's next page
