@@ -110,7 +110,7 @@ func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
 
 func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 	start := time.Now()
-	ls, err := s.startLeader(ctx, s.elector.Fence, nil)
+	ls, err := s.startLeader(ctx, s.elector.Fence, s.opts.Registerer)
 	if err != nil {
 		s.log.Error("elected, but recovering the leader state failed", "term", term, "err", err)
 		return err

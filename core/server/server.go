@@ -66,6 +66,12 @@ type Options struct {
 	// LatestCacheBytes bounds the leader's cache of latest records (see
 	// mvcc.Options.LatestCacheBytes).
 	LatestCacheBytes int64
+	// WriteGroupRequests and PipelineDepth bound the writer's groups and
+	// how many of them may be committing or waiting to (see
+	// mvcc.Options.MaxGroupRequests and PipelineDepth); 0 keeps the
+	// defaults. Tests lower them to stack several groups in the pipeline.
+	WriteGroupRequests int
+	PipelineDepth      int
 	// TempDir holds the temporary files of snapshots and HashKV (sorted
 	// runs, the snapshot being streamed); "" means os.TempDir().
 	TempDir string
@@ -256,7 +262,8 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
 	log := s.log
 	lessor := lease.New(lease.Options{Clock: s.opts.Clock})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: timedStore{Store: s.opts.Store, seconds: s.etcdM.commitSeconds}, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir})
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: timedStore{Store: s.opts.Store, seconds: s.etcdM.commitSeconds}, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir,
+		MaxGroupRequests: s.opts.WriteGroupRequests, PipelineDepth: s.opts.PipelineDepth})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
 	}

@@ -26,16 +26,18 @@ type member struct {
 	name  string
 	store kv.Store
 	opts  server.ClusterOptions
-	addr  string
+	// tune, when set, adjusts the server's options before each start.
+	tune func(*server.Options)
+	addr string
 
 	mu   sync.Mutex
 	srv  *server.Server
 	kill func()
 }
 
-func startMember(t *testing.T, name string, store kv.Store, opts server.ClusterOptions) *member {
+func startMember(t *testing.T, name string, store kv.Store, opts server.ClusterOptions, tune func(*server.Options)) *member {
 	t.Helper()
-	m := &member{t: t, name: name, store: store, opts: opts, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	m := &member{t: t, name: name, store: store, opts: opts, tune: tune, addr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	m.start()
 	t.Cleanup(m.Kill)
 	return m
@@ -57,6 +59,9 @@ func (m *member) start() {
 		Cluster:             m.opts,
 	}
 	opts.Cluster.Enabled = true
+	if m.tune != nil {
+		m.tune(&opts)
+	}
 	var (
 		l   net.Listener
 		err error

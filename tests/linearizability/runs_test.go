@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
@@ -149,20 +152,86 @@ func TestClusterTiKVMockFaults(t *testing.T) {
 	})
 }
 
-func sharedStoreRun(t *testing.T, open func(i int) kv.Store) {
+// TestClusterPipelineFaults runs three in-process nodes over one shared
+// memkv store with the writer's groups bounded to two requests and four
+// groups in the pipeline, and keeps making the leader's commits slow (so
+// groups stack up behind the one committing) with, in the middle of each
+// such stack, a commit that fails, one uncertain and applied, and one
+// uncertain and not applied: the groups evaluated on top of a group that
+// did not land must be evaluated again, never acknowledged or watched.
+func TestClusterPipelineFaults(t *testing.T) {
+	shared := memkv.New()
+	t.Cleanup(func() { _ = shared.Close() })
+	var (
+		mu   sync.Mutex
+		regs []*prometheus.Registry // one per server started
+	)
+	stores, members, eps := startSharedMembers(t, func(int) kv.Store { return shared }, func(o *server.Options) {
+		o.WriteGroupRequests, o.PipelineDepth = 2, 4
+		reg := prometheus.NewRegistry()
+		o.Registerer = reg
+		mu.Lock()
+		regs = append(regs, reg)
+		mu.Unlock()
+	})
+	// The run must have done what it is for: groups stacked in the
+	// pipeline, and requests evaluated again after a group below them
+	// failed.
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		depth, requeued := 0.0, 0.0
+		for _, reg := range regs {
+			d, r := pipelineStats(t, reg)
+			depth, requeued = max(depth, d), requeued+r
+		}
+		t.Logf("deepest pipeline %v groups; %v requests evaluated again after a failed group", depth, requeued)
+		if depth < 3 || requeued == 0 {
+			t.Errorf("the faults never met a pipeline of several groups (deepest %v, %v requests evaluated again)", depth, requeued)
+		}
+	}()
+	leader := awaitLeader(members)
+	failed := errors.New("injected commit failure")
+	uncertain := fmt.Errorf("injected timeout: %w", kv.ErrUncertain)
+	slow := kvfault.Fault{Delay: 30 * time.Millisecond}
+	runChecked(t, runConfig{
+		endpoints: eps,
+		schedule: func(ctx context.Context, f *faults) {
+			for f.wait(ctx, f.between(300*time.Millisecond, 600*time.Millisecond)) {
+				l := leader(f, -1)
+				if l < 0 {
+					return
+				}
+				stores[l].FailCommits(slow, slow, kvfault.Fault{Err: failed},
+					slow, slow, kvfault.Fault{Err: uncertain, Apply: true},
+					slow, slow, kvfault.Fault{Err: uncertain})
+				f.note("pipeline-faults", "leader %d: slow commits with a failed, an applied uncertain and a lost uncertain one among them", l)
+			}
+		},
+	})
+}
+
+// startSharedMembers starts three in-process nodes, each over its own fault
+// wrapper of the store open returns for it.
+func startSharedMembers(t *testing.T, open func(i int) kv.Store, tune func(*server.Options)) ([]*kvfault.Store, []*member, []string) {
 	stores := make([]*kvfault.Store, 3)
 	members := make([]*member, 3)
 	var eps []string
 	for i := range members {
 		stores[i] = kvfault.Wrap(open(i))
 		members[i] = startMember(t, fmt.Sprintf("lin-node-%d", i), stores[i],
-			server.ClusterOptions{LeaseDuration: memberLease, RenewInterval: memberLease / 4})
+			server.ClusterOptions{LeaseDuration: memberLease, RenewInterval: memberLease / 4}, tune)
 		eps = append(eps, members[i].addr)
 	}
-	// leader waits for a member other than exclude to lead and returns it,
-	// or -1 (and a test error). It wakes on the members' role changes; the
-	// minute only guards against a hang: an election takes about a lease.
-	leader := func(f *faults, exclude int) int {
+	return stores, members, eps
+}
+
+// awaitLeader returns a function that waits for a member other than
+// exclude to lead and returns it, or -1 (and a test error). It wakes on the
+// members' role changes; the minute only guards against a hang: an election
+// takes about a lease.
+func awaitLeader(members []*member) func(f *faults, exclude int) int {
+	return func(f *faults, exclude int) int {
 		ctx, cancel := context.WithTimeout(f.run, time.Minute)
 		defer cancel()
 		for {
@@ -183,6 +252,11 @@ func sharedStoreRun(t *testing.T, open func(i int) kv.Store) {
 			}
 		}
 	}
+}
+
+func sharedStoreRun(t *testing.T, open func(i int) kv.Store) {
+	stores, members, eps := startSharedMembers(t, open, nil)
+	leader := awaitLeader(members)
 	partitioned := errors.New("partitioned from the store")
 	uncertain := fmt.Errorf("injected timeout: %w", kv.ErrUncertain)
 	runChecked(t, runConfig{
@@ -231,4 +305,34 @@ func sharedStoreRun(t *testing.T, open func(i int) kv.Store) {
 			}
 		},
 	})
+}
+
+// pipelineStats reads from a server's registry the deepest pipeline its
+// writer handed a group to and how many requests it evaluated again.
+func pipelineStats(t *testing.T, reg *prometheus.Registry) (depth, requeued float64) {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range families {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "engram_mvcc_pipeline_depth":
+				for _, b := range m.GetHistogram().GetBucket() {
+					// The first bucket holding every observation bounds
+					// the deepest one.
+					if b.GetCumulativeCount() == m.GetHistogram().GetSampleCount() {
+						if m.GetHistogram().GetSampleCount() > 0 {
+							depth = max(depth, b.GetUpperBound())
+						}
+						break
+					}
+				}
+			case "engram_mvcc_requeued_requests_total":
+				requeued += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return depth, requeued
 }

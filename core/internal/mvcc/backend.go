@@ -86,6 +86,9 @@ type Options struct {
 	// TempDir is where HashKV and snapshots spill sorted runs when the
 	// history does not fit their memory budget; "" means os.TempDir().
 	TempDir string
+	// PipelineDepth bounds the groups committing or waiting to commit
+	// (pipeline.go); 0 means 4.
+	PipelineDepth int
 }
 
 // Backend is the MVCC store. All methods are safe for concurrent use.
@@ -119,6 +122,14 @@ type Backend struct {
 	tempDir          string
 	inflight         atomic.Pointer[inflightCommit] // leaders over a shared store only
 
+	pipelineDepth int
+	// committedSeq is the sequence number of the last group the committer
+	// finished with (committed, or failed for good): prefetch.go's S.
+	committedSeq atomic.Uint64
+	// writerBusy is the writer's busy time in nanoseconds (metrics.go).
+	writerBusy atomic.Int64
+
+	w      *writer // nil on followers; its state is the writer goroutine's own
 	reqs   chan *request
 	stopCh chan struct{}
 	wg     sync.WaitGroup
@@ -167,6 +178,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		readOnly:         opts.ReadOnly,
 		counts:           newCountCache(1 << 20),
 		tempDir:          opts.TempDir,
+		pipelineDepth:    opts.PipelineDepth,
 	}
 	if !opts.ReadOnly && opts.LatestCacheBytes >= 0 {
 		size := opts.LatestCacheBytes
@@ -187,8 +199,11 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	if err := b.loadLeases(ctx); err != nil {
 		return nil, err
 	}
-	b.wg.Add(2)
-	go b.writeLoop()
+	w := newWriter(b)
+	b.w = w
+	b.wg.Add(3)
+	go w.writeLoop()
+	go b.commitLoop(w.p)
 	go b.compactLoop()
 	if b.physical.Load() < b.compactRev.Load() {
 		b.kickCompaction()
@@ -225,6 +240,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.wg.Wait()
+	b.metrics.unregister()
 	return nil
 }
 

@@ -4,8 +4,11 @@
 //
 // It owns the single serial writer that allocates revisions, evaluates every
 // write against the latest state, and commits many writes in one atomic batch
-// (group commit: one fsync for all of them). It must not speak gRPC or know
-// about watchers beyond handing committed events to a Notifier.
+// (group commit: one fsync for all of them). The records a write needs are
+// read ahead by the request's own goroutine (prefetch), so the writer does no
+// engine I/O in the common case, and the writer evaluates the next group
+// while the committer commits the last one (a pipeline). It must not speak
+// gRPC or know about watchers beyond handing committed events to a Notifier.
 //
 // # Data layout (see package coder for the key format)
 //
@@ -120,8 +123,21 @@
 //   - A write is acknowledged only after the batch holding it committed; the
 //     clock is advanced (making the revision readable) before acknowledgement,
 //     so every linearizable read that starts after an ack sees the write.
-//     (commitGroup in groupcommit.go advances the clock last; runGroup in
-//     writeloop.go answers only after commitGroup returned.)
+//     (commitGroup in groupcommit.go advances the clock last; commitLoop in
+//     pipeline.go answers a group only after commitGroup returned.)
+//   - Groups reach the engine one at a time, in the order they were
+//     evaluated, each only after the group it was built on committed; a
+//     group built on one that failed is never committed, and its requests
+//     are evaluated again on the committed state, unanswered until then. So
+//     nothing is acknowledged, published or sent to watchers on the strength
+//     of a write that did not happen. (pipeline.go; writer.reset in
+//     writer.go.)
+//   - The writer evaluates on the newest state: its group's own writes, then
+//     the states left by groups still in the pipeline (writer.pending), then
+//     a record the request read ahead, used only if no group numbered after
+//     the read's committed sequence wrote the key (writeSeqs), else the
+//     latest-record cache or the engine. (group.state in group.go; the rule
+//     and why it is safe are stated in prefetch.go.)
 //   - Every write transaction updates the revision key of each key it touches
 //     with a compare-and-swap against the value the writer read, and the
 //     change-log record of a group's first revision is created with
@@ -155,14 +171,20 @@
 // # Files
 //
 //	backend.go       Open, Close, the revisions a read observes, read pins
-//	writeloop.go     write requests, the single writer, grouping
+//	writeloop.go     write requests, the single writer's loop, grouping
+//	writer.go        the writer's own state: revision, pending keys, resets
+//	prefetch.go      records read ahead of the writer, and when they are valid
+//	pipeline.go      the queue between writer and committer; the committer
 //	txn.go           transaction evaluation: compares, checks, put/delete/range
+//	txnrange.go      a Range inside a write transaction
 //	group.go         a write group's key states, staged versions, its batch
 //	groupcommit.go   committing a group and publishing it; uncertain commits
+//	meta.go          writes to the store's own records through the writer
 //	lease.go         lease grants and revokes, leases at Open
 //	record.go        the encoding of version, change-log and lease records
 //	latest.go        the latest-record cache
 //	read.go          Range: reads at a revision
+//	rangestream.go   etcd 3.7's RangeStream: a Range answered in pages
 //	countcache.go    counts of paginated lists
 //	events.go        the change log read back as watch events
 //	compact.go       logical and physical compaction
@@ -176,6 +198,7 @@
 //
 // The reasons behind the layout, the writer and compaction, and the
 // measurements behind them, are in DESIGN.md ("The write path", "The read
-// path", "Group commit", "The latest-record cache", "Reads at a revision",
+// path", "Group commit", "Pipelined group commit", "Prefetched records",
+// "The latest-record cache", "Reads at a revision",
 // "Compaction's rule", "Uncertain commits", "The read barrier").
 package mvcc

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -54,8 +55,13 @@ func (s *keyState) live() bool { return s.exists && !s.cur.tombstone }
 // group accumulates the writes of one commit.
 type group struct {
 	b       *Backend
+	w       *writer
+	seq     uint64 // set when the writer hands it to the committer
 	baseRev int64
 	rev     int64
+	// quiet: every revision up to baseRev was committed when the group
+	// opened, so the store answers a read at any of them.
+	quiet   bool
 	keys    map[string]*keyState
 	objects []kv.Op
 	changes []change // of the transaction being executed
@@ -71,20 +77,43 @@ type group struct {
 	// compaction holds a compaction request's ops: they take no revision
 	// and touch no revision key.
 	compaction []kv.Op
+
+	// The requests of the group and their answers, sent once the group
+	// committed (or failed).
+	reqs    []*request
+	results []result
+	live    []bool
+	size    int
+	// cur is the request being evaluated: state() consults its prefetch.
+	cur *request
+	// ops is the engine batch, encoded by the writer (writer.finish).
+	ops []kv.Op
+
+	evalNanos      int64   // writer time spent on the group
+	publishSeconds float64 // committer time spent publishing it
 }
 
-func newGroup(b *Backend) *group {
-	rev := b.clock.Current()
+func newGroup(b *Backend, rev int64) *group {
 	return &group{b: b, baseRev: rev, rev: rev, keys: map[string]*keyState{}, leases: map[string]kv.Op{}}
 }
 
-// state loads a key's state, from this group or the store.
+// state loads a key's state: this group's own, else the state a group still
+// in the pipeline left (writer.pending), else the record the request
+// prefetched if no later write may have changed it (prefetch.go), else the
+// latest-record cache or the store.
 func (g *group) state(key []byte) (*keyState, error) {
 	if s, ok := g.keys[string(key)]; ok {
 		return s, nil
 	}
 	s := &keyState{}
-	raw, err := g.b.latestRecord(context.Background(), key)
+	if p, ok := g.pending(key); ok {
+		if !p.deleteRevKey {
+			s.base, s.cur, s.exists, s.value = p.written, p.cur, true, p.value
+		}
+		g.keys[string(key)] = s
+		return s, nil
+	}
+	raw, err := g.record(key)
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 	case err != nil:
@@ -98,6 +127,37 @@ func (g *group) state(key []byte) (*keyState, error) {
 	}
 	g.keys[string(key)] = s
 	return s, nil
+}
+
+// pending returns the state a group in the pipeline left for key.
+func (g *group) pending(key []byte) (*keyState, bool) {
+	if g.w == nil {
+		return nil, false
+	}
+	p, ok := g.w.pending[string(key)]
+	return p, ok
+}
+
+// record returns key's revision-key record as of the writes before this
+// group: prefetched when still valid, else read now.
+func (g *group) record(key []byte) ([]byte, error) {
+	var pf *prefetch
+	if g.cur != nil {
+		pf = g.cur.prefetch
+	}
+	if r, ok := pf.lookup(key); ok && g.w != nil {
+		if !g.w.written.since(maphash.Bytes(g.w.seed, key), pf.seq) {
+			g.b.metrics.prefetched(prefetchUsed)
+			if !r.found {
+				return nil, kv.ErrNotFound
+			}
+			return r.raw, nil
+		}
+		g.b.metrics.prefetched(prefetchStale)
+	} else {
+		g.b.metrics.prefetched(prefetchNone)
+	}
+	return g.b.latestRecord(context.Background(), key)
 }
 
 // liveRange returns the live keys in [key, end) as of this group, sorted.
@@ -127,6 +187,18 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 			}
 			return nil
 		}
+		if _, ok := g.pending(k); ok {
+			// A group in the pipeline wrote it: its state, not the
+			// store's, is the latest.
+			s, err := g.state(k)
+			if err != nil {
+				return err
+			}
+			if s.live() {
+				out = append(out, k)
+			}
+			return nil
+		}
 		h, val, err := decodeHeader(p.Value)
 		if err != nil {
 			return err
@@ -140,7 +212,22 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 	if err != nil {
 		return nil, storageErr("scan", err)
 	}
-	// Keys this group created are not in the store yet.
+	// Keys created by this group or by groups in the pipeline are not in
+	// the store yet.
+	if g.w != nil {
+		for k := range g.w.pending {
+			if !seen[k] && coder.InRange([]byte(k), key, end) {
+				seen[k] = true
+				s, err := g.state([]byte(k))
+				if err != nil {
+					return nil, err
+				}
+				if s.live() {
+					out = append(out, []byte(k))
+				}
+			}
+		}
+	}
 	for k, s := range g.keys {
 		if !seen[k] && s.live() && coder.InRange([]byte(k), key, end) {
 			out = append(out, []byte(k))

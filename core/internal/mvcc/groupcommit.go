@@ -13,12 +13,14 @@ import (
 
 // Group commit: one engine commit for every request of a group, then, in
 // this order, the latest-record cache, the lessor, the watchers, and last
-// the clock that makes the group's revisions readable.
+// the clock that makes the group's revisions readable. The committer
+// (pipeline.go) runs it for one group at a time.
 
-// commitGroup writes the group's batch, resolves an uncertain outcome, and
-// publishes the result: lessor updates, events, then the clock.
+// commitGroup writes the group's batch (encoded by the writer), resolves an
+// uncertain outcome, and publishes the result: lessor updates, events, then
+// the clock.
 func (b *Backend) commitGroup(g *group) error {
-	ops := g.batch()
+	ops := g.ops
 	if len(ops) == 0 {
 		return nil
 	}
@@ -54,6 +56,8 @@ func (b *Backend) commitGroup(g *group) error {
 	case errors.Is(err, kv.ErrUncertain):
 		err = b.resolveUncertain(ctx, g, err)
 	}
+	start = time.Now()
+	defer func() { g.publishSeconds = time.Since(start).Seconds() }()
 	b.updateLatest(g, err == nil)
 	if err != nil {
 		if c, ok := kv.AsConflict(err); ok && fenceKey != nil && bytes.Equal(c.Key, fenceKey) {

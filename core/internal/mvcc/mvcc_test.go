@@ -221,8 +221,9 @@ func TestStorageErrorsFailTheGroupWithoutPartialState(t *testing.T) {
 	store := kvfault.Wrap(memkv.New())
 	b := open(t, store)
 	put(t, b, "a", "1")
-	store.FailGets(kvfault.Fault{Err: errors.New("disk on fire")})
-	// "b" is not in the latest-record cache, so the writer must read it.
+	// "b" is not in the latest-record cache: the request's read ahead
+	// fails, so the writer reads it again, and fails too.
+	store.FailGets(kvfault.Fault{Err: errors.New("disk on fire")}, kvfault.Fault{Err: errors.New("disk on fire")})
 	if _, err := b.Txn(context.Background(), &pb.TxnRequest{Success: []*pb.RequestOp{
 		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a"), Value: []byte("2")}}},
 		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("b"), Value: []byte("2")}}},

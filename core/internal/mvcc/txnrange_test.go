@@ -3,6 +3,7 @@ package mvcc
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -49,12 +50,20 @@ func TestTxnRangeAtRevisionInGroup(t *testing.T) {
 			rangeOpAt("a", "", 3), rangeOpAt("a", "", 4), rangeOpAt("a", "", 5),
 			rangeOpAt("a", "d", 4), rangeOpAt("a", "d", 5), rangeOpAt("a", "", 0)}}, // 6
 	}
-	// One group, run directly: the writer is idle, so nothing else runs.
+	// One group: the pipeline is held busy while the three are queued, so
+	// the writer evaluates them into the group it opened with nothing in
+	// flight (a quiet one, which may serve reads at its own revisions).
 	reqs := make([]*request, len(txns))
+	b.w.p.hold(true)
 	for i, txn := range txns {
-		reqs[i] = &request{ctx: context.Background(), kind: reqTxn, txn: txn, done: make(chan result, 1)}
+		reqs[i] = b.txnRequest(context.Background(), txn, false)
+		reqs[i].ctx, reqs[i].done = context.Background(), make(chan result, 1)
+		b.reqs <- reqs[i]
 	}
-	b.runGroup(reqs)
+	for len(b.reqs) > 0 {
+		runtime.Gosched() // the writer takes each one and evaluates it before looking again
+	}
+	b.w.p.hold(false)
 	var last result
 	for _, r := range reqs {
 		last = <-r.done

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"context"
 	"errors"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/protobuf/proto"
@@ -11,11 +12,13 @@ import (
 )
 
 // The writer loop: every write (a transaction, a lease grant or revoke,
-// compaction's deletes) becomes a request queued to the single writer, which
-// collects the queued requests into a group, evaluates them in order
-// (txn.go), commits the group in one batch (groupcommit.go) and answers each
-// request. One writer is what makes revisions dense and every check of a
-// compare or CAS exact. Why writes are grouped: (DESIGN.md, "Group commit").
+// compaction's deletes) becomes a request queued to the single writer,
+// which evaluates the requests in arrival order (txn.go) into a group and
+// hands the group to the committer (pipeline.go) as soon as the committer
+// is free; meanwhile it goes on evaluating the next group on top of the
+// previous one. One writer is what makes revisions dense and every check of
+// a compare or CAS exact. Why writes are grouped and pipelined: (DESIGN.md,
+// "Group commit", "Pipelined group commit").
 
 type requestKind uint8
 
@@ -46,6 +49,14 @@ type request struct {
 	// compaction writes
 	ops []kv.Op
 
+	// prefetch holds the records read before queuing (prefetch.go).
+	prefetch *prefetch
+	// readsPast: a Range inside the transaction reads an explicit
+	// revision, which only a quiet group can serve (txnrange.go).
+	readsPast bool
+	// solo: evaluate in a group of its own (its group was too large).
+	solo bool
+
 	done chan result
 }
 
@@ -64,9 +75,11 @@ func (r *request) size() int {
 	return 2 * proto.Size(r.txn)
 }
 
-// exclusive requests are committed in a group of their own, so that the
-// lessor state other requests in a group rely on cannot change under them.
-func (r *request) exclusive() bool { return r.kind != reqTxn }
+// exclusive requests are evaluated with nothing in the pipeline and
+// committed in a group of their own before anything after them is
+// evaluated, so that the lessor state other requests rely on (updated
+// when a group is published) cannot change under them.
+func (r *request) exclusive() bool { return r.kind != reqTxn || r.solo }
 
 func (b *Backend) submit(ctx context.Context, r *request) (result, error) {
 	if b.readOnly {
@@ -97,7 +110,7 @@ func (b *Backend) submit(ctx context.Context, r *request) (result, error) {
 // Txn executes an etcd transaction. A failed comparison is not an error:
 // it yields Succeeded=false and the failure branch's responses.
 func (b *Backend) Txn(ctx context.Context, txn *pb.TxnRequest) (*pb.TxnResponse, error) {
-	res, err := b.submit(ctx, &request{kind: reqTxn, txn: txn})
+	res, err := b.submit(ctx, b.txnRequest(ctx, txn, false))
 	if err != nil {
 		return nil, err
 	}
@@ -128,128 +141,273 @@ func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (
 
 // single executes one Put or DeleteRange request as a transaction of one op.
 func (b *Backend) single(ctx context.Context, op *pb.RequestOp) (*pb.TxnResponse, error) {
-	res, err := b.submit(ctx, &request{kind: reqTxn, single: true, txn: &pb.TxnRequest{Success: []*pb.RequestOp{op}}})
+	res, err := b.submit(ctx, b.txnRequest(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{op}}, true))
 	if err != nil {
 		return nil, err
 	}
 	return res.txn, nil
 }
 
-// writeLoop is the single writer. It takes the queued requests, evaluates
-// them in order against the latest state, and commits them in one batch.
-func (b *Backend) writeLoop() {
-	defer b.wg.Done()
-	var pending *request
-	for {
-		first := pending
-		pending = nil
-		if first == nil {
-			select {
-			case first = <-b.reqs:
-			case <-b.stopCh:
-				b.drainOnStop()
-				return
-			}
-		}
-		group := []*request{first}
-		if !first.exclusive() {
-			size := first.size()
-		collect:
-			for len(group) < b.maxGroupRequests && size < b.maxGroupBytes {
-				select {
-				case r := <-b.reqs:
-					if r.exclusive() {
-						pending = r
-						break collect
-					}
-					group = append(group, r)
-					size += r.size()
-				default:
-					break collect
+// txnRequest builds the writer's request for t, with the records it will
+// need read ahead (prefetch.go).
+func (b *Backend) txnRequest(ctx context.Context, t *pb.TxnRequest, single bool) *request {
+	r := &request{kind: reqTxn, txn: t, single: single, readsPast: readsPast(t)}
+	if !b.readOnly {
+		r.prefetch = b.readAhead(ctx, txnPointKeys(t, nil))
+	}
+	return r
+}
+
+// readsPast reports whether a Range anywhere in t (either branch, nested
+// transactions too) reads an explicit revision.
+func readsPast(t *pb.TxnRequest) bool {
+	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			switch r := op.Request.(type) {
+			case *pb.RequestOp_RequestRange:
+				if r.RequestRange.Revision > 0 {
+					return true
+				}
+			case *pb.RequestOp_RequestTxn:
+				if readsPast(r.RequestTxn) {
+					return true
 				}
 			}
 		}
-		b.runGroup(group)
 	}
+	return false
 }
 
-// drainOnStop commits what was queued before Close so that no request that
-// reached the writer is left without an answer.
-func (b *Backend) drainOnStop() {
+// writeLoop is the single writer. It evaluates each request as it arrives
+// into the open group and hands the group over when the committer is free
+// (or the group is full), so that a group holds everything that arrived
+// while the previous one was committing.
+func (w *writer) writeLoop() {
+	b := w.b
+	defer b.wg.Done()
+	var g *group
 	for {
-		select {
-		case r := <-b.reqs:
-			b.runGroup([]*request{r})
-		default:
-			return
-		}
-	}
-}
-
-func (b *Backend) runGroup(reqs []*request) {
-	if b.metrics != nil {
-		b.metrics.groupRequests.Observe(float64(len(reqs)))
-	}
-	g := newGroup(b)
-	results := make([]result, len(reqs))
-	live := make([]bool, len(reqs))
-	for i, r := range reqs {
-		if err := r.ctx.Err(); err != nil {
-			results[i].err = err
+		w.prune()
+		if w.p.isBroken() {
+			w.recover(g)
+			g = nil
 			continue
 		}
-		live[i] = true
-		var err error
-		switch r.kind {
-		case reqTxn:
-			results[i].txn, err = g.txn(r.txn, r.single)
-		case reqLeaseGrant:
-			err = g.leaseGrant(r.leaseID, r.leaseTTL)
-		case reqLeaseRevoke:
-			err = g.leaseRevoke(r.leaseID)
-		case reqCleanTombstones:
-			err = g.cleanTombstones(r.keys, r.below)
-		case reqCompaction:
-			g.compaction = append(g.compaction, r.ops...)
+		if g != nil && g.full() {
+			w.push(g)
+			g = nil
+			continue
 		}
-		if err != nil {
-			if isStorageFailure(err) {
-				// The group's view of the store is unreliable: fail it whole.
-				for _, rr := range reqs {
-					rr.done <- result{err: err}
-				}
+		if g != nil && w.p.idle() {
+			// The committer is free: hand the group over, after what is
+			// already queued (a group per request would cost a commit
+			// per request).
+			select {
+			case r := <-b.reqs:
+				g = w.take(g, r)
+			default:
+				w.push(g)
+				g = nil
+			}
+			continue
+		}
+		var r *request
+		if len(w.again) > 0 {
+			r = w.again[0]
+			w.again[0] = nil
+			w.again = w.again[1:]
+		} else {
+			select {
+			case r = <-b.reqs:
+			case <-w.p.room:
+				// The committer finished a group: it may be free for
+				// the open one, or the group failed and the pipeline
+				// must be mended before anything else commits.
+				continue
+			case <-b.stopCh:
+				w.stop(g)
 				return
 			}
-			results[i].err = err
-			live[i] = false
 		}
-		results[i].rev = g.rev
+		g = w.take(g, r)
 	}
-	if err := b.commitGroup(g); err != nil {
-		if errors.Is(err, ErrTooLarge) && len(reqs) > 1 {
-			// Nothing was written. Commit each request on its own, so
-			// only the one that is too large fails.
-			for _, r := range reqs {
-				b.runGroup([]*request{r})
-			}
-			return
+}
+
+// take evaluates r into the open group g (opening one if needed) and
+// returns the open group afterwards (nil when r closed it).
+func (w *writer) take(g *group, r *request) *group {
+	w.prune()
+	switch {
+	case r.exclusive():
+		if g != nil {
+			w.push(g)
 		}
-		for i, r := range reqs {
-			if live[i] {
-				results[i] = result{err: err}
-			}
-			r.done <- results[i]
+		if !w.p.drain() {
+			w.again = append([]*request{r}, w.again...)
+			return nil
 		}
+		g = w.open()
+		w.eval(g, r)
+		if len(g.reqs) > 0 {
+			w.push(g)
+			w.p.drain()
+		}
+		return nil
+	case r.readsPast && (g == nil || !g.quiet):
+		if g != nil {
+			w.push(g)
+		}
+		if !w.p.drain() {
+			w.again = append([]*request{r}, w.again...)
+			return nil
+		}
+		g = nil
+	}
+	if g == nil {
+		g = w.open()
+	}
+	w.eval(g, r)
+	if len(g.reqs) == 0 {
+		return nil // the group failed whole
+	}
+	return g
+}
+
+// eval evaluates one request into g. A storage failure part-way leaves g's
+// view of the store unreliable: every request of g fails and g is dropped
+// (emptied).
+func (w *writer) eval(g *group, r *request) {
+	start := time.Now()
+	defer func() { g.evalNanos += int64(time.Since(start)) }()
+	i := len(g.reqs)
+	g.reqs = append(g.reqs, r)
+	g.results = append(g.results, result{})
+	g.live = append(g.live, false)
+	g.size += r.size()
+	if err := r.ctx.Err(); err != nil {
+		g.results[i].err = err
 		return
 	}
-	for i, r := range reqs {
-		if live[i] && results[i].txn != nil {
+	g.live[i] = true
+	g.cur = r
+	var err error
+	switch r.kind {
+	case reqTxn:
+		g.results[i].txn, err = g.txn(r.txn, r.single)
+	case reqLeaseGrant:
+		err = g.leaseGrant(r.leaseID, r.leaseTTL)
+	case reqLeaseRevoke:
+		err = g.leaseRevoke(r.leaseID)
+	case reqCleanTombstones:
+		err = g.cleanTombstones(r.keys, r.below)
+	case reqCompaction:
+		g.compaction = append(g.compaction, r.ops...)
+	}
+	g.cur = nil
+	if err != nil {
+		if isStorageFailure(err) {
+			g.fail(err)
+			*g = group{b: g.b, w: g.w}
+			return
+		}
+		g.results[i].err = err
+		g.live[i] = false
+	}
+	g.results[i].rev = g.rev
+}
+
+// push hands g to the committer. A group refused because the pipeline broke
+// was built on a failed group: recover sends its requests round again.
+func (w *writer) push(g *group) {
+	w.finish(g)
+	w.b.writerBusy.Add(g.evalNanos)
+	if w.b.metrics != nil {
+		w.b.metrics.observeGroup(g, w.p.inFlight()+1)
+	}
+	if !w.p.push(g) {
+		w.recover(g)
+	}
+}
+
+// recover mends the pipeline after a failed group: the requests of the
+// groups thrown away (and of g, the open or refused group, if any) are
+// evaluated again, in order, against the committed state.
+func (w *writer) recover(g *group) {
+	reqs := w.p.takeReturned()
+	if g != nil {
+		reqs = append(reqs, g.reqs...)
+	}
+	if w.b.metrics != nil {
+		w.b.metrics.requeued.Add(float64(len(reqs)))
+	}
+	w.again = append(reqs, w.again...)
+	w.reset()
+}
+
+// stop commits what was queued before Close, so that no request that
+// reached the writer is left without an answer, then stops the committer.
+func (w *writer) stop(g *group) {
+	for {
+		if w.p.isBroken() {
+			w.recover(g)
+			g = nil
+		}
+		var r *request
+		if len(w.again) > 0 {
+			r = w.again[0]
+			w.again = w.again[1:]
+		} else {
+			select {
+			case r = <-w.b.reqs:
+			default:
+			}
+		}
+		if r == nil {
+			if g != nil {
+				w.push(g)
+				g = nil
+				continue // it may have been refused
+			}
+			if w.p.drain() {
+				w.p.close()
+				return
+			}
+			continue
+		}
+		g = w.take(g, r)
+		if g != nil && g.full() {
+			w.push(g)
+			g = nil
+		}
+	}
+}
+
+// full reports whether the group reached its request or size bound.
+func (g *group) full() bool {
+	return len(g.reqs) >= g.b.maxGroupRequests || g.size >= g.b.maxGroupBytes
+}
+
+// answer sends every request of a committed group its result.
+func (g *group) answer() {
+	for i, r := range g.reqs {
+		if g.live[i] && g.results[i].txn != nil {
 			// Header.Revision of a write is its own revision; of a
 			// read-only transaction, the revision it observed. The ops'
 			// headers inside were set as they executed (execPath).
-			results[i].txn.Header = &pb.ResponseHeader{Revision: results[i].rev}
+			g.results[i].txn.Header = &pb.ResponseHeader{Revision: g.results[i].rev}
 		}
-		r.done <- results[i]
+		r.done <- g.results[i]
+	}
+}
+
+// fail answers every request of a group that could not be committed: the
+// ones still live get err, the others keep their own error.
+func (g *group) fail(err error) {
+	for i, r := range g.reqs {
+		if g.live[i] || g.results[i].err == nil {
+			g.results[i] = result{err: err}
+		}
+		r.done <- g.results[i]
 	}
 }
 

@@ -1,0 +1,149 @@
+package mvcc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+// Prefetching: the records a write needs (each key its compares, puts,
+// deletes and ranges name without a range end) are read by the request's
+// own goroutine before the request is queued to the writer, so the writer,
+// which evaluates every write one after another, does no engine I/O in the
+// common case. On a remote engine each such read is a network round trip;
+// done inside the writer they were serial, one per new key (DESIGN.md,
+// "Prefetched records").
+//
+// The rule that makes a prefetched record safe to use:
+//
+//   - A prefetch first reads S, the sequence number of the last group the
+//     committer finished (committedSeq), then reads the record (from the
+//     latest-record cache or the engine). Every group numbered S or lower
+//     is committed and visible there, or failed and never will be.
+//   - The record may stand for the key's state when the writer evaluates
+//     the request in group G only if no group numbered above S and below G
+//     wrote the key. Such a group is either in the pipeline (its write is
+//     not in the store yet) or committed after S (the read may or may not
+//     have seen it). The writer records, for every key a group writes, that
+//     group's number in writeSeqs before the group reaches the committer,
+//     and uses a prefetched record only when writeSeqs holds nothing newer
+//     than S for it; otherwise it reads again (pending state first, then
+//     the cache, then the engine).
+//   - writeSeqs is a table indexed by a hash of the key that keeps the
+//     highest group number of any key in its slot: a collision can only
+//     make a record look stale, never a stale one look current.
+//
+// A write by anyone but this writer (a deposed leader still committing)
+// is not in writeSeqs; the compare-and-swap of every revision key against
+// the record the writer used fails such a batch whole, as it always did.
+
+// writeSeqsSize is the number of slots of the table: 2 MiB. A prefetch is
+// usually judged a few groups after it was read; with a few thousand keys
+// written in between, about 1% of prefetches look stale by collision.
+const writeSeqsSize = 1 << 18
+
+// writeSeqs remembers, per hash slot, the number of the last group that
+// wrote a key hashing there. Only the writer uses it.
+type writeSeqs struct {
+	slots []uint64
+	mask  uint64
+}
+
+func newWriteSeqs(size int) writeSeqs {
+	return writeSeqs{slots: make([]uint64, size), mask: uint64(size - 1)}
+}
+
+func (t writeSeqs) note(hash, seq uint64) {
+	if i := hash & t.mask; t.slots[i] < seq {
+		t.slots[i] = seq
+	}
+}
+
+// since reports whether a group numbered above seq may have written a key
+// with this hash.
+func (t writeSeqs) since(hash, seq uint64) bool { return t.slots[hash&t.mask] > seq }
+
+// prefetch is what a request's goroutine read for it.
+type prefetch struct {
+	seq  uint64 // committedSeq before the reads
+	recs []prefetched
+}
+
+// prefetched is one key's revision-key record as read (found false: none).
+type prefetched struct {
+	key   []byte
+	raw   []byte
+	found bool
+}
+
+// lookup returns the record prefetched for key, if any.
+func (p *prefetch) lookup(key []byte) (*prefetched, bool) {
+	if p == nil {
+		return nil, false
+	}
+	for i := range p.recs {
+		if bytes.Equal(p.recs[i].key, key) {
+			return &p.recs[i], true
+		}
+	}
+	return nil, false
+}
+
+// readAhead reads the records of keys for a request about to be queued. A
+// key whose read fails is left out: the writer reads it again and reports
+// the failure itself.
+func (b *Backend) readAhead(ctx context.Context, keys [][]byte) *prefetch {
+	if len(keys) == 0 {
+		return nil
+	}
+	p := &prefetch{seq: b.committedSeq.Load(), recs: make([]prefetched, 0, len(keys))}
+	for _, k := range keys {
+		raw, err := b.latestRecord(ctx, k)
+		switch {
+		case err == nil:
+			p.recs = append(p.recs, prefetched{key: k, raw: raw, found: true})
+		case errors.Is(err, kv.ErrNotFound):
+			p.recs = append(p.recs, prefetched{key: k})
+		}
+	}
+	return p
+}
+
+// txnPointKeys returns the distinct keys t's compares and ops (both
+// branches, nested transactions too) name without a range end: the ones the
+// writer looks up one by one.
+func txnPointKeys(t *pb.TxnRequest, keys [][]byte) [][]byte {
+	add := func(k []byte, end []byte) {
+		if len(end) != 0 {
+			return
+		}
+		for _, have := range keys {
+			if bytes.Equal(have, k) {
+				return
+			}
+		}
+		keys = append(keys, k)
+	}
+	for _, c := range t.Compare {
+		add(c.Key, c.RangeEnd)
+	}
+	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			switch r := op.Request.(type) {
+			case *pb.RequestOp_RequestPut:
+				add(r.RequestPut.Key, nil)
+			case *pb.RequestOp_RequestDeleteRange:
+				add(r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd)
+			case *pb.RequestOp_RequestRange:
+				add(r.RequestRange.Key, r.RequestRange.RangeEnd)
+			case *pb.RequestOp_RequestTxn:
+				keys = txnPointKeys(r.RequestTxn, keys)
+			}
+		}
+	}
+	return keys
+}
