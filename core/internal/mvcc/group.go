@@ -91,6 +91,25 @@ type group struct {
 
 	evalNanos      int64   // writer time spent on the group
 	publishSeconds float64 // committer time spent publishing it
+
+	// Scratch the writer reuses: a transaction's compare path, and
+	// keyStates allocated a chunk at a time.
+	path []bool
+	slab []keyState
+	grow int
+}
+
+// newState returns a zeroed keyState from the group's current chunk.
+func (g *group) newState() *keyState {
+	if len(g.slab) == 0 {
+		// Chunks double from 4 to 64 states: a group of one write
+		// allocates little, a group of hundreds few times.
+		g.grow = min(max(g.grow*2, 4), 64)
+		g.slab = make([]keyState, g.grow)
+	}
+	s := &g.slab[0]
+	g.slab = g.slab[1:]
+	return s
 }
 
 func newGroup(b *Backend, rev int64) *group {
@@ -105,7 +124,7 @@ func (g *group) state(key []byte) (*keyState, error) {
 	if s, ok := g.keys[string(key)]; ok {
 		return s, nil
 	}
-	s := &keyState{}
+	s := g.newState()
 	if p, ok := g.pending(key); ok {
 		if !p.deleteRevKey {
 			s.base, s.cur, s.exists, s.value = p.written, p.cur, true, p.value
@@ -204,7 +223,9 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 			return err
 		}
 		if !h.tombstone {
-			g.keys[string(k)] = &keyState{base: p.Value, cur: h, exists: true, value: val}
+			s := g.newState()
+			s.base, s.cur, s.exists, s.value = p.Value, h, true, val
+			g.keys[string(k)] = s
 			out = append(out, k)
 		}
 		return nil
@@ -288,13 +309,19 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 			g.after = append(g.after, func() { g.b.lessor.Attach(newLease, k) })
 		}
 	}
-	ev := &mvccpb.Event{PrevKv: evPrev}
+	// The event and its key-value in one allocation.
+	o := &struct {
+		ev mvccpb.Event
+		kv mvccpb.KeyValue
+	}{}
+	ev := &o.ev
+	ev.PrevKv, ev.Kv = evPrev, &o.kv
+	o.kv.Key, o.kv.ModRevision = key, h.modRev
 	if h.tombstone {
 		ev.Type = mvccpb.DELETE
-		ev.Kv = &mvccpb.KeyValue{Key: key, ModRevision: h.modRev}
 	} else {
 		ev.Type = mvccpb.PUT
-		ev.Kv = (&entry{key: key, hdr: h, value: value}).keyValue(true)
+		o.kv.CreateRevision, o.kv.Version, o.kv.Lease, o.kv.Value = h.createRev, h.version, h.lease, value
 	}
 	g.events = append(g.events, ev)
 }

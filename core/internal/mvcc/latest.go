@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"unsafe"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
@@ -63,7 +64,7 @@ func newLatestCache(limit int64) *latestCache {
 func (c *latestCache) get(key []byte) (raw []byte, ok bool, gen uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	raw, ok = c.lru.Get(string(key))
+	raw, ok = c.lru.Get(lookupString(key))
 	if ok {
 		c.hits++
 	} else {
@@ -80,7 +81,7 @@ func (c *latestCache) fill(key, raw []byte, gen uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if gen != c.gen || c.lru.Contains(string(key)) {
+	if gen != c.gen || c.lru.Contains(lookupString(key)) {
 		return
 	}
 	c.insert(string(key), raw)
@@ -143,3 +144,8 @@ func (b *Backend) latestRecord(ctx context.Context, key []byte) ([]byte, error) 
 	}
 	return raw, err
 }
+
+// lookupString views key as a string for a lookup that keeps nothing (the
+// LRU's Get and Contains): a conversion would allocate a copy per lookup,
+// one per point read and per write.
+func lookupString(key []byte) string { return unsafe.String(unsafe.SliceData(key), len(key)) }

@@ -71,6 +71,7 @@ func (t writeSeqs) since(hash, seq uint64) bool { return t.slots[hash&t.mask] > 
 type prefetch struct {
 	seq  uint64 // committedSeq before the reads
 	recs []prefetched
+	one  [1]prefetched // recs of the usual request, naming one key
 }
 
 // prefetched is one key's revision-key record as read (found false: none).
@@ -100,7 +101,12 @@ func (b *Backend) readAhead(ctx context.Context, keys [][]byte) *prefetch {
 	if len(keys) == 0 {
 		return nil
 	}
-	p := &prefetch{seq: b.committedSeq.Load(), recs: make([]prefetched, 0, len(keys))}
+	p := &prefetch{seq: b.committedSeq.Load()}
+	if len(keys) <= len(p.one) {
+		p.recs = p.one[:0]
+	} else {
+		p.recs = make([]prefetched, 0, len(keys))
+	}
 	for _, k := range keys {
 		raw, err := b.latestRecord(ctx, k)
 		switch {
@@ -117,33 +123,35 @@ func (b *Backend) readAhead(ctx context.Context, keys [][]byte) *prefetch {
 // branches, nested transactions too) name without a range end: the ones the
 // writer looks up one by one.
 func txnPointKeys(t *pb.TxnRequest, keys [][]byte) [][]byte {
-	add := func(k []byte, end []byte) {
-		if len(end) != 0 {
-			return
-		}
-		for _, have := range keys {
-			if bytes.Equal(have, k) {
-				return
-			}
-		}
-		keys = append(keys, k)
-	}
 	for _, c := range t.Compare {
-		add(c.Key, c.RangeEnd)
+		keys = addPointKey(keys, c.Key, c.RangeEnd)
 	}
 	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
 		for _, op := range ops {
 			switch r := op.Request.(type) {
 			case *pb.RequestOp_RequestPut:
-				add(r.RequestPut.Key, nil)
+				keys = addPointKey(keys, r.RequestPut.Key, nil)
 			case *pb.RequestOp_RequestDeleteRange:
-				add(r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd)
+				keys = addPointKey(keys, r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd)
 			case *pb.RequestOp_RequestRange:
-				add(r.RequestRange.Key, r.RequestRange.RangeEnd)
+				keys = addPointKey(keys, r.RequestRange.Key, r.RequestRange.RangeEnd)
 			case *pb.RequestOp_RequestTxn:
 				keys = txnPointKeys(r.RequestTxn, keys)
 			}
 		}
 	}
 	return keys
+}
+
+// addPointKey adds k to keys unless it has a range end or is there.
+func addPointKey(keys [][]byte, k, end []byte) [][]byte {
+	if len(end) != 0 {
+		return keys
+	}
+	for _, have := range keys {
+		if bytes.Equal(have, k) {
+			return keys
+		}
+	}
+	return append(keys, k)
 }

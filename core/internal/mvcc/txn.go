@@ -17,8 +17,9 @@ import (
 // txn executes one transaction against the group's state. single marks a
 // Put or DeleteRange request rather than a Txn: etcd checks such a put's
 // lease before its key, a transaction's put the other way round.
-func (g *group) txn(t *pb.TxnRequest, single bool) (*pb.TxnResponse, error) {
-	path, err := g.comparePath(t)
+func (g *group) txn(t *pb.TxnRequest, single bool) (*txnOut, error) {
+	path, err := g.comparePath(t, g.path[:0])
+	g.path = path[:0]
 	if err != nil {
 		return nil, err
 	}
@@ -44,26 +45,26 @@ func (g *group) txn(t *pb.TxnRequest, single bool) (*pb.TxnResponse, error) {
 // comparePath evaluates every comparison of t and its nested transactions
 // against the state before t, as etcd does, and records the branch taken at
 // each level in depth-first order.
-func (g *group) comparePath(t *pb.TxnRequest) ([]bool, error) {
+// The path is appended to dst.
+func (g *group) comparePath(t *pb.TxnRequest, dst []bool) ([]bool, error) {
 	ok := true
 	for _, c := range t.Compare {
 		r, err := g.compare(c)
 		if err != nil {
-			return nil, err
+			return dst, err
 		}
 		if !r {
 			ok = false
 			break
 		}
 	}
-	path := []bool{ok}
+	path := append(dst, ok)
 	for _, op := range branch(t, ok) {
 		if nt := op.GetRequestTxn(); nt != nil {
-			sub, err := g.comparePath(nt)
-			if err != nil {
-				return nil, err
+			var err error
+			if path, err = g.comparePath(nt, path); err != nil {
+				return path, err
 			}
-			path = append(path, sub...)
 		}
 	}
 	return path, nil
@@ -235,7 +236,7 @@ func (g *group) checkRangeRevision(rev int64) error {
 	return nil
 }
 
-func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnResponse, error) {
+func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*txnOut, error) {
 	resp, _, err := g.execPath(t, path, rev)
 	return resp, err
 }
@@ -246,10 +247,17 @@ func (g *group) execTxn(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnRespon
 // the transaction changed something, then the one being written; a nested
 // transaction's is empty. The transaction's own is set once it committed
 // (runGroup).
-func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnResponse, []bool, error) {
+func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*txnOut, []bool, error) {
 	ok, rest := path[0], path[1:]
 	ops := branch(t, ok)
-	resp := &pb.TxnResponse{Succeeded: ok, Responses: make([]*pb.ResponseOp, 0, len(ops))}
+	to := new(txnOut)
+	resp := &to.resp
+	resp.Succeeded = ok
+	if len(ops) <= len(to.ops) {
+		resp.Responses = to.ops[:0:len(ops)]
+	} else {
+		resp.Responses = make([]*pb.ResponseOp, 0, len(ops))
+	}
 	for _, op := range ops {
 		var out *pb.ResponseOp
 		switch r := op.Request.(type) {
@@ -258,36 +266,47 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*pb.TxnRespo
 			if err != nil {
 				return nil, nil, err
 			}
-			rr.Header = &pb.ResponseHeader{Revision: g.seenRev(rev)}
-			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseRange{ResponseRange: rr}}
+			o := &rangeOut{}
+			o.hdr.Revision = g.seenRev(rev)
+			rr.Header = &o.hdr
+			o.wrap.ResponseRange = rr
+			o.op.Response = &o.wrap
+			out = &o.op
 		case *pb.RequestOp_RequestPut:
-			pr, err := g.put(r.RequestPut, rev)
-			if err != nil {
+			o := &putOut{}
+			if err := g.put(r.RequestPut, rev, &o.resp); err != nil {
 				return nil, nil, err
 			}
-			pr.Header = &pb.ResponseHeader{Revision: rev}
-			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponsePut{ResponsePut: pr}}
+			o.hdr.Revision = rev
+			o.resp.Header = &o.hdr
+			o.wrap.ResponsePut = &o.resp
+			o.op.Response = &o.wrap
+			out = &o.op
 		case *pb.RequestOp_RequestDeleteRange:
 			dr, err := g.deleteRange(r.RequestDeleteRange, rev)
 			if err != nil {
 				return nil, nil, err
 			}
-			dr.Header = &pb.ResponseHeader{Revision: g.seenRev(rev)}
-			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: dr}}
+			o := &deleteOut{}
+			o.hdr.Revision = g.seenRev(rev)
+			dr.Header = &o.hdr
+			o.wrap.ResponseDeleteRange = dr
+			o.op.Response = &o.wrap
+			out = &o.op
 		case *pb.RequestOp_RequestTxn:
-			tr, r2, err := g.execPath(r.RequestTxn, rest, rev)
+			nested, r2, err := g.execPath(r.RequestTxn, rest, rev)
 			if err != nil {
 				return nil, nil, err
 			}
 			rest = r2
-			tr.Header = &pb.ResponseHeader{}
-			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: tr}}
+			nested.resp.Header = &nested.hdr
+			out = &pb.ResponseOp{Response: &pb.ResponseOp_ResponseTxn{ResponseTxn: &nested.resp}}
 		default:
 			return nil, nil, fmt.Errorf("mvcc: unknown request op %T", op.Request)
 		}
 		resp.Responses = append(resp.Responses, out)
 	}
-	return resp, rest, nil
+	return to, rest, nil
 }
 
 // seenRev is the revision the transaction writing rev has reached: rev
@@ -299,12 +318,38 @@ func (g *group) seenRev(rev int64) int64 {
 	return rev - 1
 }
 
-func (g *group) put(p *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
+// Responses are built from a few allocations each: the messages an op's
+// answer consists of live in one struct (the writer builds one per op of
+// every write, so each allocation saved is one per write).
+type (
+	txnOut struct {
+		resp pb.TxnResponse
+		hdr  pb.ResponseHeader // the transaction's own, set when it committed
+		ops  [2]*pb.ResponseOp // room for the usual one or two ops' answers
+	}
+	putOut struct {
+		op   pb.ResponseOp
+		wrap pb.ResponseOp_ResponsePut
+		resp pb.PutResponse
+		hdr  pb.ResponseHeader
+	}
+	rangeOut struct {
+		op   pb.ResponseOp
+		wrap pb.ResponseOp_ResponseRange
+		hdr  pb.ResponseHeader
+	}
+	deleteOut struct {
+		op   pb.ResponseOp
+		wrap pb.ResponseOp_ResponseDeleteRange
+		hdr  pb.ResponseHeader
+	}
+)
+
+func (g *group) put(p *pb.PutRequest, rev int64, resp *pb.PutResponse) error {
 	s, err := g.state(p.Key)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	resp := &pb.PutResponse{}
 	wasLive := s.live()
 	var prev *mvccpb.KeyValue
 	if wasLive {
@@ -325,7 +370,7 @@ func (g *group) put(p *pb.PutRequest, rev int64) (*pb.PutResponse, error) {
 		h.createRev, h.version = s.cur.createRev, s.cur.version+1
 	}
 	g.stageVersion(p.Key, s, h, value, prev)
-	return resp, nil
+	return nil
 }
 
 func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRangeResponse, error) {

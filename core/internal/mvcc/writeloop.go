@@ -64,6 +64,8 @@ type result struct {
 	txn *pb.TxnResponse
 	rev int64
 	err error
+	// hdr is the transaction's own header, allocated with its response.
+	hdr *pb.ResponseHeader
 }
 
 // size estimates the bytes a request adds to a batch: each written value is
@@ -153,7 +155,8 @@ func (b *Backend) single(ctx context.Context, op *pb.RequestOp) (*pb.TxnResponse
 func (b *Backend) txnRequest(ctx context.Context, t *pb.TxnRequest, single bool) *request {
 	r := &request{kind: reqTxn, txn: t, single: single, readsPast: readsPast(t)}
 	if !b.readOnly {
-		r.prefetch = b.readAhead(ctx, txnPointKeys(t, nil))
+		var buf [2][]byte
+		r.prefetch = b.readAhead(ctx, txnPointKeys(t, buf[:0]))
 	}
 	return r
 }
@@ -293,7 +296,10 @@ func (w *writer) eval(g *group, r *request) {
 	var err error
 	switch r.kind {
 	case reqTxn:
-		g.results[i].txn, err = g.txn(r.txn, r.single)
+		var out *txnOut
+		if out, err = g.txn(r.txn, r.single); out != nil {
+			g.results[i].txn, g.results[i].hdr = &out.resp, &out.hdr
+		}
 	case reqLeaseGrant:
 		err = g.leaseGrant(r.leaseID, r.leaseTTL)
 	case reqLeaseRevoke:
@@ -394,7 +400,9 @@ func (g *group) answer() {
 			// Header.Revision of a write is its own revision; of a
 			// read-only transaction, the revision it observed. The ops'
 			// headers inside were set as they executed (execPath).
-			g.results[i].txn.Header = &pb.ResponseHeader{Revision: g.results[i].rev}
+			h := g.results[i].hdr
+			h.Revision = g.results[i].rev
+			g.results[i].txn.Header = h
 		}
 		r.done <- g.results[i]
 	}
