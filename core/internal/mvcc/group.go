@@ -179,6 +179,26 @@ func (g *group) record(key []byte) ([]byte, error) {
 	return g.b.latestRecord(context.Background(), key)
 }
 
+// rangeAhead returns the revision-key records of [key, end) the request
+// read ahead, if it did and no group since may have written in the range.
+func (g *group) rangeAhead(key, end []byte) ([]kv.Pair, bool) {
+	if g.cur == nil || g.w == nil {
+		return nil, false
+	}
+	pf := g.cur.prefetch
+	r, ok := pf.lookupRange(key, end)
+	switch {
+	case !ok:
+		g.b.metrics.prefetched(prefetchNone)
+		return nil, false
+	case g.w.wroteInRange(key, end, pf.seq):
+		g.b.metrics.prefetched(prefetchStale)
+		return nil, false
+	}
+	g.b.metrics.prefetched(prefetchUsed)
+	return r.pairs, true
+}
+
 // liveRange returns the live keys in [key, end) as of this group, sorted.
 func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 	if len(end) == 0 {
@@ -191,10 +211,9 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 		}
 		return nil, nil
 	}
-	start, stop := coder.RevisionRange(key, end)
 	seen := map[string]bool{}
 	var out [][]byte
-	err := scanAll(context.Background(), g.b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, func(p kv.Pair) error {
+	visit := func(p kv.Pair) error {
 		k, err := coder.DecodeRevisionKey(p.Key)
 		if err != nil {
 			return err
@@ -229,9 +248,18 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 			out = append(out, k)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, storageErr("scan", err)
+	}
+	if pairs, ok := g.rangeAhead(key, end); ok {
+		for _, p := range pairs {
+			if err := visit(p); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		start, stop := coder.RevisionRange(key, end)
+		if err := scanAll(context.Background(), g.b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, visit); err != nil {
+			return nil, storageErr("scan", err)
+		}
 	}
 	// Keys created by this group or by groups in the pipeline are not in
 	// the store yet.

@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 )
 
@@ -36,6 +37,11 @@ import (
 //   - writeSeqs is a table indexed by a hash of the key that keeps the
 //     highest group number of any key in its slot: a collision can only
 //     make a record look stale, never a stale one look current.
+//   - The records of a range read ahead (a DeleteRange's, a compare's or a
+//     Range's with a range end) stand for the range only if no group
+//     numbered above S wrote a key inside it. The writer keeps the keys of
+//     its last pushed groups (writer.recent); a read older than the oldest
+//     of them is stale.
 //
 // A write by anyone but this writer (a deposed leader still committing)
 // is not in writeSeqs; the compare-and-swap of every revision key against
@@ -69,9 +75,33 @@ func (t writeSeqs) since(hash, seq uint64) bool { return t.slots[hash&t.mask] > 
 
 // prefetch is what a request's goroutine read for it.
 type prefetch struct {
-	seq  uint64 // committedSeq before the reads
-	recs []prefetched
-	one  [1]prefetched // recs of the usual request, naming one key
+	seq    uint64 // committedSeq before the reads
+	recs   []prefetched
+	one    [1]prefetched // recs of the usual request, naming one key
+	ranges []aheadRange
+}
+
+// aheadRange is the revision-key records of one range as read ahead.
+type aheadRange struct {
+	key, end []byte
+	pairs    []kv.Pair
+}
+
+// maxRangeRead bounds what a request reads ahead of one range: more is
+// left to the writer (a delete of that many keys is rare, and usually too
+// large for one commit anyway).
+const maxRangeRead = 10000
+
+func (p *prefetch) lookupRange(key, end []byte) (*aheadRange, bool) {
+	if p == nil {
+		return nil, false
+	}
+	for i := range p.ranges {
+		if r := &p.ranges[i]; bytes.Equal(r.key, key) && bytes.Equal(r.end, end) {
+			return r, true
+		}
+	}
+	return nil, false
 }
 
 // prefetched is one key's revision-key record as read (found false: none).
@@ -94,14 +124,25 @@ func (p *prefetch) lookup(key []byte) (*prefetched, bool) {
 	return nil, false
 }
 
-// readAhead reads the records of keys for a request about to be queued. A
-// key whose read fails is left out: the writer reads it again and reports
-// the failure itself.
-func (b *Backend) readAhead(ctx context.Context, keys [][]byte) *prefetch {
-	if len(keys) == 0 {
+// readAhead reads the records of keys and of the ranges [r[0], r[1]) for a
+// request about to be queued. A key or range whose read fails is left out:
+// the writer reads it again and reports the failure itself.
+func (b *Backend) readAhead(ctx context.Context, keys [][]byte, ranges [][2][]byte) *prefetch {
+	if len(keys) == 0 && len(ranges) == 0 {
 		return nil
 	}
 	p := &prefetch{seq: b.committedSeq.Load()}
+	for _, r := range ranges {
+		start, stop := coder.RevisionRange(r[0], r[1])
+		var pairs []kv.Pair
+		err := scanAll(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024, Limit: maxRangeRead + 1}, func(kp kv.Pair) error {
+			pairs = append(pairs, kp)
+			return nil
+		})
+		if err == nil && len(pairs) <= maxRangeRead {
+			p.ranges = append(p.ranges, aheadRange{key: r[0], end: r[1], pairs: pairs})
+		}
+	}
 	if len(keys) <= len(p.one) {
 		p.recs = p.one[:0]
 	} else {
@@ -119,39 +160,47 @@ func (b *Backend) readAhead(ctx context.Context, keys [][]byte) *prefetch {
 	return p
 }
 
-// txnPointKeys returns the distinct keys t's compares and ops (both
-// branches, nested transactions too) name without a range end: the ones the
-// writer looks up one by one.
-func txnPointKeys(t *pb.TxnRequest, keys [][]byte) [][]byte {
+// txnReads returns what the writer will read for t (both branches, nested
+// transactions too): the distinct keys its compares and ops name without a
+// range end, which it looks up one by one, and the distinct ranges they
+// name (a Range at an explicit revision reads history instead, and none).
+func txnReads(t *pb.TxnRequest, keys [][]byte, ranges [][2][]byte) ([][]byte, [][2][]byte) {
 	for _, c := range t.Compare {
-		keys = addPointKey(keys, c.Key, c.RangeEnd)
+		keys, ranges = addRead(keys, ranges, c.Key, c.RangeEnd)
 	}
 	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
 		for _, op := range ops {
 			switch r := op.Request.(type) {
 			case *pb.RequestOp_RequestPut:
-				keys = addPointKey(keys, r.RequestPut.Key, nil)
+				keys, ranges = addRead(keys, ranges, r.RequestPut.Key, nil)
 			case *pb.RequestOp_RequestDeleteRange:
-				keys = addPointKey(keys, r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd)
+				keys, ranges = addRead(keys, ranges, r.RequestDeleteRange.Key, r.RequestDeleteRange.RangeEnd)
 			case *pb.RequestOp_RequestRange:
-				keys = addPointKey(keys, r.RequestRange.Key, r.RequestRange.RangeEnd)
+				if r.RequestRange.Revision <= 0 {
+					keys, ranges = addRead(keys, ranges, r.RequestRange.Key, r.RequestRange.RangeEnd)
+				}
 			case *pb.RequestOp_RequestTxn:
-				keys = txnPointKeys(r.RequestTxn, keys)
+				keys, ranges = txnReads(r.RequestTxn, keys, ranges)
 			}
 		}
 	}
-	return keys
+	return keys, ranges
 }
 
-// addPointKey adds k to keys unless it has a range end or is there.
-func addPointKey(keys [][]byte, k, end []byte) [][]byte {
+// addRead adds k, or the range [k, end), unless it is there.
+func addRead(keys [][]byte, ranges [][2][]byte, k, end []byte) ([][]byte, [][2][]byte) {
 	if len(end) != 0 {
-		return keys
+		for _, have := range ranges {
+			if bytes.Equal(have[0], k) && bytes.Equal(have[1], end) {
+				return keys, ranges
+			}
+		}
+		return keys, append(ranges, [2][]byte{k, end})
 	}
 	for _, have := range keys {
 		if bytes.Equal(have, k) {
-			return keys
+			return keys, ranges
 		}
 	}
-	return append(keys, k)
+	return append(keys, k), ranges
 }

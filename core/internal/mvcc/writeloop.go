@@ -156,7 +156,8 @@ func (b *Backend) txnRequest(ctx context.Context, t *pb.TxnRequest, single bool)
 	r := &request{kind: reqTxn, txn: t, single: single, readsPast: readsPast(t)}
 	if !b.readOnly {
 		var buf [2][]byte
-		r.prefetch = b.readAhead(ctx, txnPointKeys(t, buf[:0]))
+		keys, ranges := txnReads(t, buf[:0], nil)
+		r.prefetch = b.readAhead(ctx, keys, ranges)
 	}
 	return r
 }

@@ -3,6 +3,9 @@ package mvcc
 import (
 	"hash/maphash"
 	"time"
+	"unsafe"
+
+	"github.com/engramkv/engram/core/internal/coder"
 )
 
 // The writer's own state, kept by the one goroutine that evaluates writes
@@ -40,6 +43,11 @@ type writer struct {
 	pending  map[string]*keyState
 	inflight []*group // pushed and not yet pruned, oldest first
 	written  writeSeqs
+	// recent holds the keys each of the last pushed groups wrote, oldest
+	// first, to judge ranges read ahead (prefetch.go); recentKeys counts
+	// them.
+	recent     []recentWrites
+	recentKeys int
 
 	// again holds requests to evaluate before new arrivals: the requests
 	// of groups thrown away after a failure, in their original order.
@@ -98,13 +106,16 @@ func (w *writer) finish(g *group) {
 	w.seq++
 	g.seq = w.seq
 	g.ops = g.batch()
+	rw := recentWrites{seq: g.seq}
 	for k, s := range g.keys {
 		if !s.dirty {
 			continue
 		}
 		w.pending[k] = s
 		w.written.note(maphash.String(w.seed, k), g.seq)
+		rw.keys = append(rw.keys, k)
 	}
+	w.remember(rw)
 	w.rev = g.rev
 	w.inflight = append(w.inflight, g)
 	g.evalNanos += int64(time.Since(start))
@@ -118,4 +129,52 @@ func (w *writer) reset() {
 	clear(w.inflight)
 	w.inflight = w.inflight[:0]
 	w.rev = w.b.clock.Current()
+}
+
+// recentWrites is the keys one pushed group wrote.
+type recentWrites struct {
+	seq  uint64
+	keys []string
+}
+
+// The writer remembers the keys of its last recentGroups groups, at most
+// recentKeysMax keys: a range read ahead is judged against them, and a
+// request reaches the writer within a few groups of its read.
+const (
+	recentGroups  = 64
+	recentKeysMax = 1 << 16
+)
+
+func (w *writer) remember(rw recentWrites) {
+	w.recent = append(w.recent, rw)
+	w.recentKeys += len(rw.keys)
+	n := 0
+	for len(w.recent)-n > recentGroups || (w.recentKeys > recentKeysMax && len(w.recent)-n > 1) {
+		w.recentKeys -= len(w.recent[n].keys)
+		w.recent[n] = recentWrites{}
+		n++
+	}
+	w.recent = w.recent[n:]
+}
+
+// wroteInRange reports whether a group numbered above seq may have written
+// a key in [key, end): it did, or it is older than the groups remembered.
+func (w *writer) wroteInRange(key, end []byte, seq uint64) bool {
+	if seq >= w.seq {
+		return false // nothing pushed since
+	}
+	if len(w.recent) == 0 || w.recent[0].seq > seq+1 {
+		return true
+	}
+	for _, rw := range w.recent {
+		if rw.seq <= seq {
+			continue
+		}
+		for _, k := range rw.keys {
+			if coder.InRange(unsafe.Slice(unsafe.StringData(k), len(k)), key, end) {
+				return true
+			}
+		}
+	}
+	return false
 }
