@@ -1,7 +1,9 @@
 package mvcc
 
 import (
+	"context"
 	"errors"
+	"runtime/pprof"
 	"sync"
 	"time"
 )
@@ -214,6 +216,7 @@ func (p *pipeline) done(failed bool, retry []*request) {
 // and publishes and answers each.
 func (b *Backend) commitLoop(p *pipeline) {
 	defer b.wg.Done()
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("engram", "committer")))
 	for {
 		g := p.next()
 		if g == nil {
