@@ -1,5 +1,6 @@
 // Command harness is `make bench`: it starts the ceiling server, a real etcd
-// 3.6 and Engram (badger, memkv, memkv.wasm) one at a time on 127.0.0.1,
+// 3.6 and Engram (badger, memkv, memkv.wasm; and on PostgreSQL and MariaDB
+// beside kine, sql.go) one at a time on 127.0.0.1,
 // runs every `engram bench` workload against each with identical parameters,
 // repeats, measures server memory after loading N objects, snapshots that
 // loaded server with etcdctl and restores the file with the store's own
