@@ -128,9 +128,19 @@ func (s *Services) header(rev int64) *pb.ResponseHeader {
 	return &pb.ResponseHeader{ClusterId: s.memberID, MemberId: s.memberID, Revision: rev, RaftTerm: 1}
 }
 
+// fillHeader completes a top-level response's header: the revision the
+// backend set (rev if it set none) and this member's IDs. It fills the
+// backend's header in place rather than allocating another per request,
+// which relies on every response of the backend having a header of its
+// own (mvcc makes one per response).
 func (s *Services) fillHeader(h **pb.ResponseHeader, rev int64) {
-	if *h != nil && (*h).Revision != 0 {
-		rev = (*h).Revision
+	if *h == nil {
+		*h = s.header(rev)
+		return
 	}
-	*h = s.header(rev)
+	hd := *h
+	if hd.Revision == 0 {
+		hd.Revision = rev
+	}
+	hd.ClusterId, hd.MemberId, hd.RaftTerm = s.memberID, s.memberID, 1
 }

@@ -2,6 +2,7 @@ package etcdapi
 
 import (
 	"bytes"
+	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -99,11 +100,43 @@ func (l Limits) checkTxn(r *pb.TxnRequest) error {
 	if err := l.checkTxnOps(r, l.MaxTxnOps); err != nil {
 		return err
 	}
-	if _, _, err := checkIntervals(r.Success); err != nil {
+	if err := checkBranch(r.Success); err != nil {
 		return err
 	}
-	_, _, err := checkIntervals(r.Failure)
-	return err
+	return checkBranch(r.Failure)
+}
+
+// smallBranch is the most ops checkBranch compares pairwise; Kubernetes'
+// transactions have one or two.
+const smallBranch = 16
+
+// checkBranch applies checkIntervals' rule to a top-level branch. A small
+// branch without nested transactions, every one Kubernetes sends, is
+// checked without building checkIntervals' sets (they were most of what
+// validating a create or update allocated): the rule then is only that no
+// put repeats an earlier put's key or falls in a delete's interval.
+func checkBranch(ops []*pb.RequestOp) error {
+	if len(ops) > smallBranch || slices.ContainsFunc(ops, func(op *pb.RequestOp) bool { return op.GetRequestTxn() != nil }) {
+		_, _, err := checkIntervals(ops)
+		return err
+	}
+	for i, op := range ops {
+		p := op.GetRequestPut()
+		if p == nil {
+			continue
+		}
+		for _, other := range ops {
+			if d := other.GetRequestDeleteRange(); d != nil && (interval{d.Key, d.RangeEnd}).covers(p.Key) {
+				return rpctypes.ErrGRPCDuplicateKey
+			}
+		}
+		for _, prev := range ops[:i] {
+			if q := prev.GetRequestPut(); q != nil && bytes.Equal(q.Key, p.Key) {
+				return rpctypes.ErrGRPCDuplicateKey
+			}
+		}
+	}
+	return nil
 }
 
 // checkTxnOps bounds the widest of r's compares and branches by budget; a
