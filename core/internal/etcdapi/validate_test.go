@@ -27,6 +27,19 @@ func txn(success, failure []*pb.RequestOp) *pb.RequestOp {
 	return &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: success, Failure: failure}}}
 }
 
+// widePuts is n puts of distinct keys, the last one repeating the first
+// when dup is set: wider than the branches checked pairwise.
+func widePuts(n int, dup bool) []*pb.RequestOp {
+	ops := make([]*pb.RequestOp, n)
+	for i := range ops {
+		ops[i] = put(fmt.Sprint("k", i))
+	}
+	if dup {
+		ops[n-1] = put("k0")
+	}
+	return ops
+}
+
 func TestCheckTxnIntervals(t *testing.T) {
 	l := Limits{}.withDefaults()
 	tests := []struct {
@@ -38,6 +51,9 @@ func TestCheckTxnIntervals(t *testing.T) {
 		{"same key in both branches", &pb.TxnRequest{Success: []*pb.RequestOp{put("a")}, Failure: []*pb.RequestOp{put("a")}}, nil},
 		{"duplicate put", &pb.TxnRequest{Success: []*pb.RequestOp{put("a"), put("a")}}, rpctypes.ErrGRPCDuplicateKey},
 		{"put inside delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("b")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"put before a delete covering it", &pb.TxnRequest{Success: []*pb.RequestOp{put("b"), del("a", "c")}}, rpctypes.ErrGRPCDuplicateKey},
+		{"duplicate put in a wide branch", &pb.TxnRequest{Success: widePuts(smallBranch+4, true)}, rpctypes.ErrGRPCDuplicateKey},
+		{"distinct puts in a wide branch", &pb.TxnRequest{Success: widePuts(smallBranch+4, false)}, nil},
 		{"put outside delete range", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "c"), put("c")}}, nil},
 		// etcd's rule reads a range end literally: "\x00" covers nothing.
 		{"put inside from-key delete", &pb.TxnRequest{Success: []*pb.RequestOp{del("a", "\x00"), put("zz")}}, nil},
