@@ -1,11 +1,8 @@
 package server
 
 import (
-	"context"
-
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 )
 
 // etcdLeaseMetrics are etcd's lessor metrics (etcd_debugging_lease_*),
@@ -36,12 +33,10 @@ func newEtcdLeaseMetrics(reg prometheus.Registerer) *etcdLeaseMetrics {
 	return m
 }
 
-// unary counts successful grants (with the TTL granted) and revocations.
-func (m *etcdLeaseMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	resp, err := handler(ctx, req)
-	if err != nil {
-		return resp, err
-	}
+// answered counts a successful grant (with the TTL granted) or
+// revocation from its answer (Server.unaryChecked); the renewals are
+// counted on the keepalive stream (countedStream).
+func (m *etcdLeaseMetrics) answered(resp any) {
 	switch r := resp.(type) {
 	case *pb.LeaseGrantResponse:
 		m.granted.Inc()
@@ -49,27 +44,4 @@ func (m *etcdLeaseMetrics) unary(ctx context.Context, req any, info *grpc.UnaryS
 	case *pb.LeaseRevokeResponse:
 		m.revoked.Inc()
 	}
-	return resp, err
-}
-
-// stream counts the renewals a LeaseKeepAlive stream answers: a response
-// with a TTL (an unknown lease is answered with TTL 0 and renews nothing).
-func (m *etcdLeaseMetrics) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != "/etcdserverpb.Lease/LeaseKeepAlive" {
-		return handler(srv, ss)
-	}
-	return handler(srv, renewCounter{ServerStream: ss, renewed: m.renewed})
-}
-
-type renewCounter struct {
-	grpc.ServerStream
-	renewed prometheus.Counter
-}
-
-func (r renewCounter) SendMsg(msg any) error {
-	err := r.ServerStream.SendMsg(msg)
-	if ka, ok := msg.(*pb.LeaseKeepAliveResponse); ok && err == nil && ka.TTL > 0 {
-		r.renewed.Inc()
-	}
-	return err
 }

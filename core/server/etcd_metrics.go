@@ -4,13 +4,13 @@ import (
 	"context"
 	"time"
 
-	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/version"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the codec countingCodec wraps
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/kv"
@@ -23,10 +23,8 @@ import (
 // internals) is absent rather than faked; README.md, "Metrics", has the
 // mapping.
 type etcdMetrics struct {
-	// grpc is go-grpc-middleware's provider, the library etcd itself uses,
-	// so grpc_server_* have etcd's labels exactly. The handling-time
-	// histogram is the one etcd exports with --metrics=extensive.
-	grpc *grpcprom.ServerMetrics
+	// grpc are etcd's grpc_server_* metrics (grpc_metrics.go).
+	grpc *grpcServerMetrics
 
 	leaderChanges    prometheus.Counter
 	proposalsFailed  prometheus.Counter
@@ -46,7 +44,7 @@ type etcdMetrics struct {
 // non-nil. The gauges read s when scraped.
 func newEtcdMetrics(s *Server, reg prometheus.Registerer) *etcdMetrics {
 	m := &etcdMetrics{
-		grpc: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram()),
+		grpc: newGRPCServerMetrics(),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "leader_changes_seen_total",
 			Help: "The number of leader changes seen."}),
 		proposalsFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "proposals_failed_total",
@@ -75,7 +73,8 @@ func newEtcdMetrics(s *Server, reg prometheus.Registerer) *etcdMetrics {
 	serverVersion := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "version",
 		Help: "Which version is running. 1 for 'server_version' label with current version."}, []string{"server_version"})
 	serverVersion.WithLabelValues(version.Version).Set(1)
-	reg.MustRegister(m.grpc, m.leaderChanges, m.proposalsFailed, m.proposalsPending, m.commitSeconds, m.watchStreams,
+	reg.MustRegister(m.grpc.collectors()...)
+	reg.MustRegister(m.leaderChanges, m.proposalsFailed, m.proposalsPending, m.commitSeconds, m.watchStreams,
 		m.sentBytes, m.receivedBytes, serverVersion,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "has_leader",
 			Help: "Whether or not a leader exists. 1 is existence, 0 is not."},
@@ -112,22 +111,16 @@ func (m *etcdMetrics) leaderSeen(leader string) {
 	}
 }
 
-// proposal counts a write request as etcd counts the raft proposal it
-// would make: pending while it runs, failed when it ends without being
-// committed (etcd: the proposal was dropped, timed out or the request
-// went away). Errors the request itself causes are answers, not failures.
-func (m *etcdMetrics) proposal(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if !isProposal(req) {
-		return handler(ctx, req)
-	}
-	m.proposalsPending.Inc()
-	resp, err := handler(ctx, req)
-	m.proposalsPending.Dec()
+// proposalEnded counts a write request's raft proposal as etcd would when
+// it ended with err: failed when it ended without being committed (etcd:
+// the proposal was dropped, timed out or the request went away). Errors
+// the request itself causes are answers, not failures. While it runs it
+// is pending (Server.unaryChecked).
+func (m *etcdMetrics) proposalEnded(err error) {
 	switch status.Code(err) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.Internal:
 		m.proposalsFailed.Inc()
 	}
-	return resp, err
 }
 
 // isProposal reports whether etcd would put req through raft: writes,
@@ -145,32 +138,31 @@ func isProposal(req any) bool {
 	return false
 }
 
-// watchStream counts open Watch streams, as etcd counts its watch streams.
-func (m *etcdMetrics) watchStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if info.FullMethod != "/etcdserverpb.Watch/Watch" {
-		return handler(srv, ss)
-	}
-	m.watchStreams.Inc()
-	defer m.watchStreams.Dec()
-	return handler(srv, ss)
+// countingCodec is gRPC's proto codec counting the payload bytes of
+// client messages for etcd_network_client_grpc_{sent,received}_bytes_total
+// as etcd's own codec does: a message sent when it is encoded, one
+// received once it is decoded.
+type countingCodec struct {
+	encoding.CodecV2
+	m *etcdMetrics
 }
 
-// bytesHandler counts the payload bytes of client messages, as etcd's
-// codec does for etcd_network_client_grpc_{sent,received}_bytes_total.
-type bytesHandler struct{ m *etcdMetrics }
+func protoCodec() encoding.CodecV2 { return encoding.GetCodecV2("proto") }
 
-func (h bytesHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-func (h bytesHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return ctx
-}
-func (h bytesHandler) HandleConn(context.Context, stats.ConnStats) {}
-func (h bytesHandler) HandleRPC(_ context.Context, s stats.RPCStats) {
-	switch p := s.(type) {
-	case *stats.InPayload:
-		h.m.receivedBytes.Add(float64(p.Length))
-	case *stats.OutPayload:
-		h.m.sentBytes.Add(float64(p.Length))
+func (c countingCodec) Marshal(v any) (mem.BufferSlice, error) {
+	out, err := c.CodecV2.Marshal(v)
+	if err == nil {
+		c.m.sentBytes.Add(float64(out.Len()))
 	}
+	return out, err
+}
+
+func (c countingCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	err := c.CodecV2.Unmarshal(data, v)
+	if err == nil {
+		c.m.receivedBytes.Add(float64(data.Len()))
+	}
+	return err
 }
 
 // dbSizeCollector reports the engine's size where the adaptor knows it,

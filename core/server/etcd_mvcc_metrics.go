@@ -1,11 +1,8 @@
 package server
 
 import (
-	"context"
-
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 )
 
 // mvccMetrics exports etcd 3.6's MVCC operation counters. etcd moves them
@@ -42,31 +39,26 @@ func newMVCCMetrics(reg prometheus.Registerer, leaseKeys func(id int64) int) *mv
 	return m
 }
 
-// unary counts the MVCC transactions etcd would have run for an answered
-// request. Failed requests count nothing: etcd rejects most of them before
-// its MVCC layer is reached. A revoked lease's keys are counted as they
-// were just before the revocation (the answer does not list them).
-func (m *mvccMetrics) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	revoked := -1
-	if r, ok := req.(*pb.LeaseRevokeRequest); ok {
-		revoked = m.leaseKeys(r.ID)
+// answered counts the MVCC transactions etcd would have run for an
+// answered request (Server.unaryChecked). Failed requests count nothing:
+// etcd rejects most of them before its MVCC layer is reached. A revoked
+// lease's keys are counted as they were just before the revocation
+// (revokedKeys; -1 for any other request), as the answer does not list
+// them.
+func (m *mvccMetrics) answered(req, resp any, revokedKeys int) {
+	var txns [2]mvccTxn
+	n := mvccTxnsInto(&txns, req, resp)
+	if revokedKeys >= 0 {
+		txns[0], n = mvccTxn{deletes: revokedKeys}, 1
 	}
-	resp, err := handler(ctx, req)
-	if err == nil {
-		txns := mvccTxnsOf(req, resp)
-		if revoked >= 0 {
-			txns = []mvccTxn{{deletes: revoked}}
-		}
-		for _, t := range txns {
-			m.ranges.Add(float64(t.ranges))
-			m.puts.Add(float64(t.puts))
-			m.deletes.Add(float64(t.deletes))
-			if t.ranges+t.puts+t.deletes > 1 {
-				m.txns.Inc()
-			}
+	for _, t := range txns[:n] {
+		m.ranges.Add(float64(t.ranges))
+		m.puts.Add(float64(t.puts))
+		m.deletes.Add(float64(t.deletes))
+		if t.ranges+t.puts+t.deletes > 1 {
+			m.txns.Inc()
 		}
 	}
-	return resp, err
 }
 
 // mvccTxn is what one of etcd's MVCC transactions did.
@@ -80,19 +72,27 @@ func (t *mvccTxn) add(o mvccTxn) { t.ranges += o.ranges; t.puts += o.puts; t.del
 // revocation's deletes are not derived here (the request does not say how
 // many keys were attached).
 func mvccTxnsOf(req, resp any) []mvccTxn {
+	var txns [2]mvccTxn
+	n := mvccTxnsInto(&txns, req, resp)
+	return txns[:n]
+}
+
+// mvccTxnsInto is mvccTxnsOf writing into out, so that counting a request
+// allocates nothing; it returns how many of out it filled.
+func mvccTxnsInto(out *[2]mvccTxn, req, resp any) int {
 	switch r := req.(type) {
 	case *pb.RangeRequest:
-		return []mvccTxn{{ranges: 1}}
+		out[0] = mvccTxn{ranges: 1}
 	case *pb.PutRequest:
-		return []mvccTxn{putOps(r)}
+		out[0] = putOps(r)
 	case *pb.DeleteRangeRequest:
-		return []mvccTxn{deleteOps(r)}
+		out[0] = deleteOps(r)
 	case *pb.CompactionRequest:
-		return []mvccTxn{{ranges: 1}}
+		out[0] = mvccTxn{ranges: 1}
 	case *pb.TxnRequest:
 		tr, ok := resp.(*pb.TxnResponse)
 		if !ok {
-			return nil
+			return 0
 		}
 		// etcd first evaluates the compares (and reads ignore_value /
 		// ignore_lease Puts need) in a read transaction; a Txn that
@@ -102,12 +102,15 @@ func mvccTxnsOf(req, resp any) []mvccTxn {
 		// nested Txn, even one that only reads, makes it a write.
 		check, ops := txnCheck(r, tr), txnOps(r, tr)
 		if !onlyRanges(r) {
-			return []mvccTxn{check, ops}
+			out[0], out[1] = check, ops
+			return 2
 		}
 		check.add(ops)
-		return []mvccTxn{check}
+		out[0] = check
+	default:
+		return 0
 	}
-	return nil
+	return 1
 }
 
 // putOps: a Put reads the previous pair first when it must return or
@@ -184,11 +187,13 @@ func nested(tr *pb.TxnResponse, i int) *pb.TxnResponse {
 // onlyRanges reports whether etcd takes t for read-only (its
 // IsTxnReadonly): every op of both branches, not nested, is a Range.
 func onlyRanges(t *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			if op.GetRequestRange() == nil {
-				return false
-			}
+	return allRanges(t.Success) && allRanges(t.Failure)
+}
+
+func allRanges(ops []*pb.RequestOp) bool {
+	for _, op := range ops {
+		if op.GetRequestRange() == nil {
+			return false
 		}
 	}
 	return true

@@ -147,6 +147,7 @@ type Server struct {
 	log     *slog.Logger
 	api     *etcdapi.Services
 	rpc     *rpcMetrics
+	methods *methodTable // the per-method series the interceptors move
 	watchM  *watch.Metrics
 	etcdM   *etcdMetrics
 	leaseM  *leaseMetrics
@@ -218,6 +219,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer), roleChanged: make(chan struct{})}
 	s.etcdM = newEtcdMetrics(s, opts.Registerer)
 	s.leaseM = newLeaseMetrics(s, opts.Registerer)
+	s.methods = &methodTable{grpc: s.etcdM.grpc, rpc: s.rpc, admin: etcdapi.IsAdminMethod}
 	apiOpts := etcdapi.Options{
 		Store:      opts.Store,
 		Limits:     etcdapi.Limits{MaxRequestBytes: opts.MaxRequestBytes, MaxTxnOps: opts.MaxTxnOps},
@@ -318,7 +320,7 @@ func (ls *leaderState) stop() {
 // Register registers the etcd services on gs.
 func (s *Server) Register(gs *grpc.Server) {
 	s.api.Register(gs)
-	s.etcdM.grpc.InitializeMetrics(gs)
+	s.methods.register(gs)
 }
 
 // Ready returns nil while the server is serving.
