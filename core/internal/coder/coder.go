@@ -139,7 +139,15 @@ func appendRev(dst []byte, rev int64) []byte {
 // RevisionKey returns the revision key of an etcd key: the slot holding its
 // latest record.
 func RevisionKey(key []byte) []byte {
-	dst := make([]byte, 0, prefixLen+escapedLen(key)+revLen)
+	return AppendRevisionKey(make([]byte, 0, RevisionKeyLen(key)), key)
+}
+
+// RevisionKeyLen is the length of key's revision key.
+func RevisionKeyLen(key []byte) int { return prefixLen + escapedLen(key) + revLen }
+
+// AppendRevisionKey appends key's revision key to dst (a writer building
+// one buffer for several encodings saves an allocation each).
+func AppendRevisionKey(dst, key []byte) []byte {
 	dst = appendPrefix(dst, SpaceRevision)
 	dst = appendEscaped(dst, key)
 	return appendRev(dst, 0)
@@ -253,7 +261,15 @@ func ObjectVersions(key []byte, minRev, maxRev int64) (start, stop []byte) {
 
 // EventKey returns the key of the change-log record of a revision.
 func EventKey(rev int64) []byte {
-	return appendRev(appendPrefix(make([]byte, 0, prefixLen+revLen), SpaceEvent), rev)
+	return AppendEventKey(make([]byte, 0, EventKeyLen), rev)
+}
+
+// EventKeyLen is the length of an event key.
+const EventKeyLen = prefixLen + revLen
+
+// AppendEventKey appends the event key of rev to dst.
+func AppendEventKey(dst []byte, rev int64) []byte {
+	return appendRev(appendPrefix(dst, SpaceEvent), rev)
 }
 
 // DecodeEventKey returns the revision of an event key.

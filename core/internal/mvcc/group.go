@@ -6,6 +6,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"slices"
+	"unsafe"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -362,7 +363,10 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 // group also wrote its first. The others are plain puts, which spares the
 // engine a read per write.
 func (g *group) appendLog(rev int64) {
-	op := kv.Put(coder.EventKey(rev), encodeChanges(g.changes))
+	// The key and the record share one allocation.
+	buf := coder.AppendEventKey(make([]byte, 0, coder.EventKeyLen+changesLen(g.changes)), rev)
+	key := buf[:len(buf):len(buf)]
+	op := kv.Put(key, appendChanges(buf[len(buf):], g.changes))
 	if len(g.logs) == 0 {
 		op.Kind = kv.OpPutIfAbsent
 	}
@@ -383,15 +387,18 @@ func (g *group) batch() []kv.Op {
 		if !s.dirty {
 			continue
 		}
-		rk := coder.RevisionKey([]byte(k))
+		// The revision key and the record share one allocation.
+		kb := unsafe.Slice(unsafe.StringData(k), len(k))
+		buf := coder.AppendRevisionKey(make([]byte, 0, coder.RevisionKeyLen(kb)+objectLen(s.value)), kb)
+		rk := buf[:len(buf):len(buf)]
 		switch {
 		case s.deleteRevKey:
 			ops = append(ops, kv.CompareAndDelete(rk, s.base))
 		case s.base == nil:
-			s.written = encodeObject(s.cur, s.value)
+			s.written = append(appendHeader(buf[len(buf):], s.cur), s.value...)
 			ops = append(ops, kv.PutIfAbsent(rk, s.written))
 		default:
-			s.written = encodeObject(s.cur, s.value)
+			s.written = append(appendHeader(buf[len(buf):], s.cur), s.value...)
 			ops = append(ops, kv.CompareAndSwap(rk, s.base, s.written))
 		}
 	}

@@ -127,11 +127,13 @@ func (p *prefetch) lookup(key []byte) (*prefetched, bool) {
 // readAhead reads the records of keys and of the ranges [r[0], r[1]) for a
 // request about to be queued. A key or range whose read fails is left out:
 // the writer reads it again and reports the failure itself.
-func (b *Backend) readAhead(ctx context.Context, keys [][]byte, ranges [][2][]byte) *prefetch {
+// The reads go into p, which is returned (nil when there is nothing to
+// read).
+func (b *Backend) readAhead(ctx context.Context, p *prefetch, keys [][]byte, ranges [][2][]byte) *prefetch {
 	if len(keys) == 0 && len(ranges) == 0 {
 		return nil
 	}
-	p := &prefetch{seq: b.committedSeq.Load()}
+	p.seq = b.committedSeq.Load()
 	for _, r := range ranges {
 		start, stop := coder.RevisionRange(r[0], r[1])
 		var pairs []kv.Pair

@@ -54,9 +54,12 @@ func appendHeader(dst []byte, h header) []byte {
 
 // encodeObject encodes a version record: header then value.
 func encodeObject(h header, value []byte) []byte {
-	dst := appendHeader(make([]byte, 0, 2+5*5+len(value)), h)
+	dst := appendHeader(make([]byte, 0, objectLen(value)), h)
 	return append(dst, value...)
 }
+
+// objectLen bounds the length of a version record of value.
+func objectLen(value []byte) int { return 2 + 5*5 + len(value) }
 
 // subUnknown marks a header decoded from a record written before sub
 // revisions were kept (recordFormat); export then takes the sub revision
@@ -109,11 +112,20 @@ type change struct {
 
 // encodeChanges encodes the change-log record of one revision.
 func encodeChanges(cs []change) []byte {
+	return appendChanges(make([]byte, 0, changesLen(cs)), cs)
+}
+
+// changesLen bounds the length of the change-log record of cs.
+func changesLen(cs []change) int {
 	n := 2
 	for _, c := range cs {
-		n += 1 + binary.MaxVarintLen64*2 + len(c.key)
+		n += 1 + binary.MaxVarintLen64*3 + len(c.key) + len(c.superseded)
 	}
-	dst := make([]byte, 0, n)
+	return n
+}
+
+// appendChanges appends the change-log record of cs to dst.
+func appendChanges(dst []byte, cs []change) []byte {
 	dst = append(dst, recordFormat)
 	dst = binary.AppendUvarint(dst, uint64(len(cs)))
 	for _, c := range cs {

@@ -273,7 +273,11 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*txnOut, []b
 			o.op.Response = &o.wrap
 			out = &o.op
 		case *pb.RequestOp_RequestPut:
-			o := &putOut{}
+			o := &to.put
+			if to.putUsed {
+				o = &putOut{}
+			}
+			to.putUsed = true
 			if err := g.put(r.RequestPut, rev, &o.resp); err != nil {
 				return nil, nil, err
 			}
@@ -326,6 +330,10 @@ type (
 		resp pb.TxnResponse
 		hdr  pb.ResponseHeader // the transaction's own, set when it committed
 		ops  [2]*pb.ResponseOp // room for the usual one or two ops' answers
+		// put is the answer of the transaction's first put (most writes
+		// are a create or an update of one key).
+		put     putOut
+		putUsed bool
 	}
 	putOut struct {
 		op   pb.ResponseOp

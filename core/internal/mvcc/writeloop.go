@@ -50,8 +50,10 @@ type request struct {
 	// compaction writes
 	ops []kv.Op
 
-	// prefetch holds the records read before queuing (prefetch.go).
+	// prefetch holds the records read before queuing (prefetch.go): reads,
+	// kept in the request to spare an allocation, or nil.
 	prefetch *prefetch
+	reads    prefetch
 	// readsPast: a Range inside the transaction reads an explicit
 	// revision, which only a quiet group can serve (txnrange.go).
 	readsPast bool
@@ -162,7 +164,7 @@ func (b *Backend) txnRequest(ctx context.Context, t *pb.TxnRequest, single bool)
 	if !b.readOnly {
 		var buf [2][]byte
 		keys, ranges := txnReads(t, buf[:0], nil)
-		r.prefetch = b.readAhead(ctx, keys, ranges)
+		r.prefetch = b.readAhead(ctx, &r.reads, keys, ranges)
 	}
 	return r
 }
