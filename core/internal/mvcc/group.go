@@ -84,6 +84,11 @@ type group struct {
 	reqs    []*request
 	results []result
 	live    []bool
+	// Room for the requests of a small group (a quiet server's are one
+	// request each) without allocating.
+	reqsBuf    [4]*request
+	resultsBuf [4]result
+	liveBuf    [4]bool
 	size    int
 	// cur is the request being evaluated: state() consults its prefetch.
 	cur *request
@@ -114,7 +119,9 @@ func (g *group) newState() *keyState {
 }
 
 func newGroup(b *Backend, rev int64) *group {
-	return &group{b: b, baseRev: rev, rev: rev, keys: map[string]*keyState{}, leases: map[string]kv.Op{}}
+	g := &group{b: b, baseRev: rev, rev: rev, keys: map[string]*keyState{}}
+	g.reqs, g.results, g.live = g.reqsBuf[:0], g.resultsBuf[:0], g.liveBuf[:0]
+	return g
 }
 
 // state loads a key's state: this group's own, else the state a group still
@@ -328,12 +335,12 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 		k := append([]byte(nil), key...)
 		if oldLease != 0 {
 			ik := coder.LeaseIndexKey(oldLease, key)
-			g.leases[string(ik)] = kv.Delete(ik)
+			g.leaseOp(ik, kv.Delete(ik))
 			g.after = append(g.after, func() { g.b.lessor.Detach(oldLease, k) })
 		}
 		if h.lease != 0 {
 			ik := coder.LeaseIndexKey(h.lease, key)
-			g.leases[string(ik)] = kv.Put(ik, nil)
+			g.leaseOp(ik, kv.Put(ik, nil))
 			newLease := h.lease
 			g.after = append(g.after, func() { g.b.lessor.Attach(newLease, k) })
 		}
@@ -414,4 +421,12 @@ func (g *group) batch() []kv.Op {
 		g.witnessValue = ops[0].Value
 	}
 	return ops
+}
+
+// leaseOp sets the batch's op on a lease record or lease index key.
+func (g *group) leaseOp(key []byte, op kv.Op) {
+	if g.leases == nil {
+		g.leases = map[string]kv.Op{}
+	}
+	g.leases[string(key)] = op
 }

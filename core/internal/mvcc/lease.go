@@ -31,7 +31,7 @@ func (g *group) leaseGrant(id, ttl int64) error {
 		return ErrLeaseExists
 	}
 	k := coder.LeaseKey(id)
-	g.leases[string(k)] = kv.PutIfAbsent(k, encodeLease(ttl))
+	g.leaseOp(k, kv.PutIfAbsent(k, encodeLease(ttl)))
 	g.witnessKey, g.witnessValue, g.witnessGone = k, encodeLease(ttl), false
 	g.after = append(g.after, func() { g.b.lessor.Grant(id, ttl) })
 	return nil
@@ -55,7 +55,7 @@ func (g *group) leaseRevoke(id int64) error {
 		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, prev)
 	}
 	lk := coder.LeaseKey(id)
-	g.leases[string(lk)] = kv.Delete(lk)
+	g.leaseOp(lk, kv.Delete(lk))
 	g.witnessKey, g.witnessGone = lk, true
 	if len(g.changes) > 0 {
 		g.rev = rev

@@ -106,7 +106,7 @@ func (w *writer) finish(g *group) {
 	w.seq++
 	g.seq = w.seq
 	g.ops = g.batch()
-	rw := recentWrites{seq: g.seq}
+	rw := recentWrites{seq: g.seq, keys: make([]string, 0, len(g.keys))}
 	for k, s := range g.keys {
 		if !s.dirty {
 			continue
