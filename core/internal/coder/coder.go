@@ -155,7 +155,14 @@ func AppendRevisionKey(dst, key []byte) []byte {
 
 // ObjectKey returns the object key of an etcd key at a revision.
 func ObjectKey(key []byte, rev int64) []byte {
-	dst := make([]byte, 0, prefixLen+escapedLen(key)+revLen)
+	return AppendObjectKey(make([]byte, 0, ObjectKeyLen(key)), key, rev)
+}
+
+// ObjectKeyLen is the length of key's object keys.
+func ObjectKeyLen(key []byte) int { return prefixLen + escapedLen(key) + revLen }
+
+// AppendObjectKey appends the object key of key at rev to dst.
+func AppendObjectKey(dst, key []byte, rev int64) []byte {
 	dst = appendPrefix(dst, SpaceObject)
 	dst = appendEscaped(dst, key)
 	return appendRev(dst, rev)

@@ -89,7 +89,7 @@ type group struct {
 	reqsBuf    [4]*request
 	resultsBuf [4]result
 	liveBuf    [4]bool
-	size    int
+	size       int
 	// cur is the request being evaluated: state() consults its prefetch.
 	cur *request
 	// ops is the engine batch, encoded by the writer (writer.finish).
@@ -297,7 +297,11 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 // stageVersion adds one key's new version to the group: the version it
 // replaces moves to history, and the change-log entry, lease index changes
 // and watch event follow; the revision key itself is written by batch.
-func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, prev *mvccpb.KeyValue) {
+//
+// o holds the event; its prev is the version the change replaces (nil: the
+// key was not live), filled by newEvent.
+func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, o *eventOut) {
+	prev := o.ev.PrevKv
 	oldLease := int64(0)
 	if s.live() {
 		oldLease = s.cur.lease
@@ -310,7 +314,10 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 			// The version being replaced (a tombstone too: reads between
 			// the delete and this write must see the key deleted) moves
 			// to history.
-			g.objects = append(g.objects, kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
+			// Its key and record share one allocation.
+			buf := coder.AppendObjectKey(make([]byte, 0, coder.ObjectKeyLen(key)+objectLen(s.value)), key, s.cur.modRev)
+			ok := buf[:len(buf):len(buf)]
+			g.objects = append(g.objects, kv.Put(ok, append(appendHeader(buf[len(buf):], s.cur), s.value...)))
 		}
 		s.stagedRev, s.before = h.modRev, prev
 	} else if !s.cur.tombstone {
@@ -345,11 +352,6 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, pr
 			g.after = append(g.after, func() { g.b.lessor.Attach(newLease, k) })
 		}
 	}
-	// The event and its key-value in one allocation.
-	o := &struct {
-		ev mvccpb.Event
-		kv mvccpb.KeyValue
-	}{}
 	ev := &o.ev
 	ev.PrevKv, ev.Kv = evPrev, &o.kv
 	o.kv.Key, o.kv.ModRevision = key, h.modRev
@@ -429,4 +431,22 @@ func (g *group) leaseOp(key []byte, op kv.Op) {
 		g.leases = map[string]kv.Op{}
 	}
 	g.leases[string(key)] = op
+}
+
+// eventOut is a change's event with its key-values, in one allocation.
+type eventOut struct {
+	ev       mvccpb.Event
+	kv, prev mvccpb.KeyValue
+}
+
+// newEvent starts the event of a change to key in state s: its PrevKv is
+// the key's live version, if any.
+func newEvent(key []byte, s *keyState) *eventOut {
+	o := &eventOut{}
+	if s.live() {
+		o.prev = mvccpb.KeyValue{Key: key, CreateRevision: s.cur.createRev, ModRevision: s.cur.modRev,
+			Version: s.cur.version, Lease: s.cur.lease, Value: s.value}
+		o.ev.PrevKv = &o.prev
+	}
+	return o
 }

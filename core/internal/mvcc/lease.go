@@ -51,8 +51,7 @@ func (g *group) leaseRevoke(id int64) error {
 		if !s.live() || s.cur.lease != id {
 			continue
 		}
-		prev := (&entry{key: k, hdr: s.cur, value: s.value}).keyValue(true)
-		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, prev)
+		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, newEvent(k, s))
 	}
 	lk := coder.LeaseKey(id)
 	g.leaseOp(lk, kv.Delete(lk))

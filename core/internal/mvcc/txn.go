@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/engramkv/engram/core/internal/coder"
 )
@@ -359,12 +358,9 @@ func (g *group) put(p *pb.PutRequest, rev int64, resp *pb.PutResponse) error {
 		return err
 	}
 	wasLive := s.live()
-	var prev *mvccpb.KeyValue
-	if wasLive {
-		prev = (&entry{key: p.Key, hdr: s.cur, value: s.value}).keyValue(true)
-		if p.PrevKv {
-			resp.PrevKv = prev
-		}
+	o := newEvent(p.Key, s)
+	if p.PrevKv {
+		resp.PrevKv = o.ev.PrevKv
 	}
 	value, leaseID := p.Value, p.Lease
 	if p.IgnoreValue {
@@ -377,7 +373,7 @@ func (g *group) put(p *pb.PutRequest, rev int64, resp *pb.PutResponse) error {
 	if wasLive {
 		h.createRev, h.version = s.cur.createRev, s.cur.version+1
 	}
-	g.stageVersion(p.Key, s, h, value, prev)
+	g.stageVersion(p.Key, s, h, value, o)
 	return nil
 }
 
@@ -389,11 +385,11 @@ func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRang
 	resp := &pb.DeleteRangeResponse{Deleted: int64(len(keys))}
 	for _, k := range keys {
 		s := g.keys[string(k)]
-		prev := (&entry{key: k, hdr: s.cur, value: s.value}).keyValue(true)
+		o := newEvent(k, s)
 		if d.PrevKv {
-			resp.PrevKvs = append(resp.PrevKvs, prev)
+			resp.PrevKvs = append(resp.PrevKvs, o.ev.PrevKv)
 		}
-		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, prev)
+		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, o)
 	}
 	return resp, nil
 }
