@@ -14,6 +14,7 @@ import (
 	"github.com/engramkv/engram/host"
 	badgerkv "github.com/engramkv/engram/plugins/badger"
 	"github.com/engramkv/engram/plugins/memkv"
+	pebblekv "github.com/engramkv/engram/plugins/pebble"
 	"github.com/engramkv/engram/plugins/tikv"
 )
 
@@ -49,6 +50,22 @@ func openStore(ctx context.Context, cfg config.Config, logger *slog.Logger, reg 
 		st, err := badgerkv.Open(opts)
 		if err != nil {
 			return nil, fmt.Errorf("storage.engine=badger: %w", err)
+		}
+		return st, nil
+	case config.EnginePebble:
+		dir := filepath.Join(cfg.DataDir, "pebble")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("data-dir: %w", err)
+		}
+		st, err := pebblekv.Open(pebblekv.Options{
+			Dir:          dir,
+			Logger:       logger,
+			CacheSize:    cfg.Storage.Pebble.CacheSize,
+			MemTableSize: cfg.Storage.Pebble.MemTableSize,
+			Compression:  cfg.Storage.Pebble.Compression,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("storage.engine=pebble: %w", err)
 		}
 		return st, nil
 	case config.EngineMemKV:

@@ -44,8 +44,9 @@ type Config struct {
 	// actually bound).
 	AdvertiseClientURLs []string `koanf:"advertise-client-urls" help:"client URLs reported in member list (default: listen-client-urls)"`
 
-	// DataDir holds the storage engine's files; the badger engine keeps them
-	// in DataDir/badger. Unused by memkv.
+	// DataDir holds the storage engine's files; the badger and pebble
+	// engines keep them in DataDir/badger and DataDir/pebble. Unused by
+	// memkv.
 	DataDir string `koanf:"data-dir" help:"directory for persistent data"`
 
 	// Storage selects and tunes the storage engine.

@@ -300,6 +300,15 @@ func TestValidate(t *testing.T) {
 		{name: "revision without revisions", edit: func(c *Config) { c.Compaction.Mode = "revision" }, wants: []string{"compaction.revisions"}},
 		{name: "unknown compaction mode", edit: func(c *Config) { c.Compaction.Mode = "hourly" }, wants: []string{"compaction.mode", "hourly"}},
 		{name: "negative block cache", edit: func(c *Config) { c.Storage.Badger.BlockCacheSize = -1 }, wants: []string{"storage.badger.block-cache-size"}},
+		{name: "pebble needs data dir", edit: func(c *Config) { c.Storage.Engine, c.DataDir = EnginePebble, "" }, wants: []string{"data-dir", "pebble"}},
+		{name: "tiny pebble sizes", edit: func(c *Config) {
+			c.Storage.Engine, c.Storage.Pebble = EnginePebble, Pebble{CacheSize: 1024, MemTableSize: 0, Compression: "lz4"}
+		}, wants: []string{"storage.pebble.cache-size", "storage.pebble.memtable-size", "storage.pebble.compression"}},
+		{name: "pebble sizes ignored by badger", edit: func(c *Config) { c.Storage.Pebble = Pebble{} }},
+		{name: "pebble in a cluster", edit: func(c *Config) {
+			c.Storage.Engine, c.Cluster.Enabled = EnginePebble, true
+			c.AdvertiseClientURLs = []string{"http://127.0.0.1:2379"}
+		}, wants: []string{"cluster.enabled", "pebble"}},
 		{name: "zero request bytes", edit: func(c *Config) { c.Limits.MaxRequestBytes = 0 }, wants: []string{"limits.max-request-bytes"}},
 		{name: "zero shutdown timeout", edit: func(c *Config) { c.ShutdownTimeout = 0 }, wants: []string{"shutdown-timeout"}},
 	} {

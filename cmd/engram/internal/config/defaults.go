@@ -13,6 +13,10 @@ func Default() Config {
 			Compression:  "none",
 			MemTableSize: 64 << 20,
 			NumMemtables: 3,
+		}, Pebble: Pebble{
+			CacheSize:    64 << 20,
+			MemTableSize: 32 << 20,
+			Compression:  "none",
 		}, Wasm: Wasm{
 			PoolSize:    4,
 			MemoryLimit: 256 << 20,

@@ -5,6 +5,7 @@ import "time"
 // Engine names accepted by storage.engine.
 const (
 	EngineBadger = "badger"
+	EnginePebble = "pebble"
 	EngineMemKV  = "memkv"
 	EngineWasm   = "wasm"
 	EngineTiKV   = "tikv"
@@ -12,11 +13,12 @@ const (
 
 // Storage selects the storage engine.
 type Storage struct {
-	// Engine is "badger" (embedded, durable, the default), "memkv"
-	// (in-memory, for tests and experiments: everything is lost on exit),
-	// "wasm" (a WebAssembly storage plugin, storage.wasm.file) or "tikv"
-	// (a TiKV cluster, storage.tikv).
-	Engine string `koanf:"engine" help:"storage engine: badger, memkv, wasm or tikv"`
+	// Engine is "badger" (embedded, durable, the default), "pebble"
+	// (embedded, durable, with bounded memory), "memkv" (in-memory, for
+	// tests and experiments: everything is lost on exit), "wasm" (a
+	// WebAssembly storage plugin, storage.wasm.file) or "tikv" (a TiKV
+	// cluster, storage.tikv).
+	Engine string `koanf:"engine" help:"storage engine: badger, pebble, memkv, wasm or tikv"`
 
 	// LatestCacheSize bounds the leader's cache of latest object versions,
 	// which answers point reads and the checks of every write without an
@@ -25,6 +27,9 @@ type Storage struct {
 
 	// Badger tunes the badger engine; ignored by other engines.
 	Badger Badger `koanf:"badger"`
+
+	// Pebble tunes the pebble engine; ignored by other engines.
+	Pebble Pebble `koanf:"pebble"`
 
 	// Wasm configures the WebAssembly plugin engine; ignored by others.
 	Wasm Wasm `koanf:"wasm"`
@@ -133,4 +138,22 @@ type Badger struct {
 	// NumMemtables is how many memtables may be full and waiting for a
 	// flush before writes wait; 0 uses the engine's default (3).
 	NumMemtables int `koanf:"num-memtables" help:"badger memtables allowed before writes wait for a flush (0 = engine default)"`
+}
+
+// Pebble tunes the embedded pebble engine (plugins/pebble). Every commit is
+// fsynced before it is acknowledged; that is not configurable. Its
+// memtables and block cache live outside the Go heap, and it reads tables
+// through the block cache rather than memory-mapping them, so these two
+// sizes bound most of the engine's memory.
+type Pebble struct {
+	// CacheSize is the block cache (data, index and filter blocks read
+	// from tables), in bytes.
+	CacheSize int64 `koanf:"cache-size" help:"pebble block cache in bytes"`
+	// MemTableSize is the largest memtable, in bytes. At most two exist
+	// (one written, one being flushed), and each write-ahead log file is
+	// preallocated at 110% of it.
+	MemTableSize int64 `koanf:"memtable-size" help:"pebble's largest memtable in bytes (also sizes its write-ahead log files)"`
+	// Compression compresses table blocks: none (the default, as etcd),
+	// snappy or zstd: disk for CPU on every block read.
+	Compression string `koanf:"compression" help:"pebble table compression: none, snappy or zstd (CPU for disk)"`
 }

@@ -102,6 +102,8 @@ func (c *Config) validateStorage(p *problems) {
 	switch c.Storage.Engine {
 	case EngineBadger:
 		c.validateBadger(p)
+	case EnginePebble:
+		c.validatePebble(p)
 	case EngineMemKV:
 	case EngineWasm:
 		c.validateWasmEngine(p)
@@ -113,7 +115,7 @@ func (c *Config) validateStorage(p *problems) {
 			p.add("storage.tikv.prefix", "must not be empty with storage.engine=tikv (it namespaces Engram's keys in TiKV)")
 		}
 	default:
-		p.add("storage.engine", "unknown engine %q (want %s, %s, %s or %s)", c.Storage.Engine, EngineBadger, EngineMemKV, EngineWasm, EngineTiKV)
+		p.add("storage.engine", "unknown engine %q (want %s, %s, %s, %s or %s)", c.Storage.Engine, EngineBadger, EnginePebble, EngineMemKV, EngineWasm, EngineTiKV)
 	}
 	c.validateTiKV(p)
 	c.validateWasm(p)
@@ -139,6 +141,26 @@ func (c *Config) validateBadger(p *problems) {
 	}
 	if b.NumMemtables < 0 {
 		p.add("storage.badger.num-memtables", "must not be negative, got %d", b.NumMemtables)
+	}
+}
+
+// validatePebble checks storage.pebble.* and data-dir; only when pebble is
+// the engine.
+func (c *Config) validatePebble(p *problems) {
+	pb := c.Storage.Pebble
+	if strings.TrimSpace(c.DataDir) == "" {
+		p.add("data-dir", "must not be empty with storage.engine=pebble")
+	}
+	if pb.CacheSize < 1<<20 {
+		p.add("storage.pebble.cache-size", "must be at least 1 MiB, got %d", pb.CacheSize)
+	}
+	if pb.MemTableSize < 1<<20 {
+		p.add("storage.pebble.memtable-size", "must be at least 1 MiB, got %d", pb.MemTableSize)
+	}
+	switch pb.Compression {
+	case "", "none", "snappy", "zstd":
+	default:
+		p.add("storage.pebble.compression", "must be none, snappy or zstd, got %q", pb.Compression)
 	}
 }
 
@@ -282,7 +304,7 @@ func (c *Config) validateCluster(p *problems) {
 		} else if cl.RenewInterval <= 0 || 2*cl.RenewInterval > cl.LeaseDuration {
 			p.add("cluster.renew-interval", "must be positive and at most half of cluster.lease-duration (%s), got %s", cl.LeaseDuration, cl.RenewInterval)
 		}
-		if c.Storage.Engine == EngineBadger || c.Storage.Engine == EngineMemKV {
+		if c.Storage.Engine == EngineBadger || c.Storage.Engine == EnginePebble || c.Storage.Engine == EngineMemKV {
 			p.add("cluster.enabled", "storage.engine %s cannot be shared between nodes; a cluster needs a shared store (tikv or a wasm plugin for a remote database)", c.Storage.Engine)
 		}
 	}

@@ -1,0 +1,385 @@
+package pebble
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/kv/kvtest"
+)
+
+func openDisk(t testing.TB, dir string) *Store {
+	t.Helper()
+	s, err := Open(Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("Open(%s): %v", dir, err)
+	}
+	return s
+}
+
+// TestConformance runs the contract as written: pebble meets it in full.
+func TestConformance(t *testing.T) {
+	kvtest.RunConfig(t, kvtest.Config{}, func(t *testing.T) kv.Store { return openDisk(t, t.TempDir()) })
+}
+
+func TestReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openDisk(t, dir)
+	big := bytes.Repeat([]byte("v"), kv.MaxValueSize)
+	var ops []kv.Op
+	for i := range 100 {
+		ops = append(ops, kv.Put(fmt.Appendf(nil, "k/%03d", i), fmt.Appendf(nil, "v%d", i)))
+	}
+	ops = append(ops, kv.Put([]byte("big"), big), kv.Put([]byte{0xff, 0}, []byte("high")), kv.Put([]byte("empty"), nil))
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.Delete([]byte("k/050")), kv.CompareAndSwap([]byte("k/051"), []byte("v51"), []byte("x"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s = openDisk(t, dir)
+	defer s.Close()
+	check := func(k string, want []byte) {
+		t.Helper()
+		got, err := s.Get(ctx, []byte(k))
+		if want == nil {
+			if !errors.Is(err, kv.ErrNotFound) {
+				t.Errorf("Get(%q) after reopen = %q, %v; want ErrNotFound", k, got, err)
+			}
+			return
+		}
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("Get(%q) after reopen = %.20q, %v; want %.20q", k, got, err, want)
+		}
+	}
+	check("k/000", []byte("v0"))
+	check("k/099", []byte("v99"))
+	check("k/050", nil)
+	check("k/051", []byte("x"))
+	check("big", big)
+	check("\xff\x00", []byte("high"))
+	check("empty", []byte{})
+	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k/"), End: []byte("k0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	if n := len(strings.Fields(drain(t, it))); n != 99 {
+		t.Errorf("scan after reopen: %d keys, want 99", n)
+	}
+	if _, err := Open(Options{Dir: dir}); err == nil {
+		t.Errorf("second Open of a directory in use succeeded")
+	}
+}
+
+// TestGroupSemantics drives commitGroup directly, so the grouping is
+// deterministic: later batches see earlier ones, a conflicting batch is
+// skipped without disturbing its neighbours, and the group costs one
+// pebble batch.
+func TestGroupSemantics(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("b"), []byte("b0"))}); err != nil {
+		t.Fatal(err)
+	}
+	batches := [][]kv.Op{
+		{kv.PutIfAbsent([]byte("a"), []byte("1"))},
+		{kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("2")), kv.Put([]byte("c"), []byte("c"))},
+		{kv.Put([]byte("d"), []byte("d")), kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("3"))}, // conflicts: a is 2 now
+		{kv.CompareAndDelete([]byte("b"), []byte("b0"))},
+		{kv.PutIfAbsent([]byte("b"), []byte("b1"))},                // b was deleted earlier in the group
+		{kv.PutIfAbsent([]byte("c"), []byte("x"))},                 // conflicts with batch 1's write
+		{kv.CompareAndSwap([]byte("d"), []byte("d"), []byte("y"))}, // batch 2 did not apply
+	}
+	reqs := make([]*commitReq, len(batches))
+	for i, ops := range batches {
+		reqs[i] = &commitReq{ops: ops, done: make(chan error, 1)}
+	}
+	before := s.Stats()
+	c := &committer{s: s, pending: map[string]written{}}
+	c.commitGroup(reqs)
+	after := s.Stats()
+	if g := after.Groups - before.Groups; g != 1 {
+		t.Errorf("group used %d pebble batches, want 1", g)
+	}
+	want := []struct {
+		conflict bool
+		index    int
+		current  string
+		exists   bool
+	}{{}, {}, {true, 1, "2", true}, {}, {}, {true, 0, "c", true}, {true, 0, "", false}}
+	for i, r := range reqs {
+		err := <-r.done
+		c, isC := kv.AsConflict(err)
+		switch {
+		case !want[i].conflict && err != nil:
+			t.Errorf("batch %d: %v, want success", i, err)
+		case want[i].conflict && !isC:
+			t.Errorf("batch %d: %v, want a conflict", i, err)
+		case want[i].conflict && (c.Index != want[i].index || c.Exists != want[i].exists || string(c.Current) != want[i].current):
+			t.Errorf("batch %d: conflict %+v, want index %d exists %v current %q", i, c, want[i].index, want[i].exists, want[i].current)
+		}
+	}
+	if st := s.Stats(); st.Conflicts-before.Conflicts != 3 || st.Batches-before.Batches != 4 {
+		t.Errorf("stats after the group: %+v (before %+v), want 4 batches and 3 conflicts more", st, before)
+	}
+	for k, v := range map[string]string{"a": "2", "b": "b1", "c": "c"} {
+		if got, err := s.Get(ctx, []byte(k)); err != nil || string(got) != v {
+			t.Errorf("Get(%q) = %q, %v; want %q", k, got, err, v)
+		}
+	}
+	if _, err := s.Get(ctx, []byte("d")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("Get(d) = %v; the conflicting batch's Put landed", err)
+	}
+}
+
+// TestLargeBatch commits one batch as large as a DeleteRange of tens of
+// thousands of keys writes in one revision, well over half a memtable: it
+// must apply atomically (badger refuses such a batch; pebble turns it into
+// a memtable of its own).
+func TestLargeBatch(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(Options{Dir: t.TempDir(), MemTableSize: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	val := bytes.Repeat([]byte("x"), 200)
+	var ops []kv.Op
+	for i := range 40_000 { // about 10 MB
+		ops = append(ops, kv.Put(fmt.Appendf(nil, "big/%06d", i), val))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{0, 39_999} {
+		if _, err := s.Get(ctx, fmt.Appendf(nil, "big/%06d", i)); err != nil {
+			t.Errorf("key %d of the large batch: %v", i, err)
+		}
+	}
+}
+
+// TestConcurrentCommitsShareFsync checks that concurrent committers are
+// grouped: far fewer pebble batches (fsyncs) than batches.
+func TestConcurrentCommitsShareFsync(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	const goroutines, per = 32, 20
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := s.Commit(ctx, []kv.Op{kv.Put(fmt.Appendf(nil, "g/%d/%d", g, i), []byte("v"))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	st := s.Stats()
+	t.Logf("%d batches in %d groups", st.Batches, st.Groups)
+	if st.Batches != goroutines*per {
+		t.Errorf("%d batches applied, want %d", st.Batches, goroutines*per)
+	}
+	if st.Groups*2 > st.Batches {
+		t.Errorf("%d batches took %d fsyncs; concurrent commits are not being grouped", st.Batches, st.Groups)
+	}
+}
+
+func TestCommitContextCancelled(t *testing.T) {
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, kv.ErrUncertain) {
+		t.Errorf("Commit with a cancelled context = %v, want a not-applied context error", err)
+	}
+	if _, err := s.Get(context.Background(), []byte("k")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("cancelled batch landed: %v", err)
+	}
+}
+
+func TestOpenOptions(t *testing.T) {
+	if _, err := Open(Options{}); err == nil {
+		t.Errorf("Open without Dir succeeded")
+	}
+	if _, err := Open(Options{Dir: t.TempDir(), CacheSize: -1}); err == nil {
+		t.Errorf("Open with a negative cache size succeeded")
+	}
+}
+
+func TestSizeReportsDiskUse(t *testing.T) {
+	s := openDisk(t, t.TempDir())
+	writeRevisions(t, s, 0, 1000)
+	n, err := s.Size()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 512*1000 {
+		t.Errorf("Size = %d after writing 1000 values of 512 bytes", n)
+	}
+	_ = s.Close()
+	if _, err := s.Size(); !errors.Is(err, kv.ErrClosed) {
+		t.Fatalf("Size after Close: %v", err)
+	}
+}
+
+// TestScanSnapshotAndDeletes checks that overwritten keys appear once with
+// their latest value, deleted keys not at all, a key deleted and written
+// again with its new value, and that a scan keeps answering as of when it
+// was opened.
+func TestScanSnapshotAndDeletes(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	commit := func(ops ...kv.Op) {
+		t.Helper()
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 6 {
+		commit(kv.Put(fmt.Appendf(nil, "k%d", i), []byte("v0")))
+	}
+	for v := 1; v <= 3; v++ {
+		commit(kv.Put([]byte("k1"), fmt.Appendf(nil, "v%d", v)))
+	}
+	commit(kv.Delete([]byte("k2")))
+	commit(kv.Delete([]byte("k3")))
+	commit(kv.Put([]byte("k3"), []byte("again")))
+	commit(kv.Delete([]byte("k5")))
+
+	want := "k0=v0 k1=v3 k3=again k4=v0"
+	snap, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+	rev, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Reverse: true, BatchSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rev.Close()
+	// Changes after the snapshot was taken must not show in it.
+	commit(kv.Delete([]byte("k0")), kv.Put([]byte("k1"), []byte("later")), kv.Put([]byte("k2"), []byte("back")))
+
+	if got := drain(t, snap); got != want {
+		t.Errorf("snapshot scan = %q, want %q", got, want)
+	}
+	if got, want := drain(t, rev), "k4=v0 k3=again k1=v3 k0=v0"; got != want {
+		t.Errorf("reverse snapshot scan = %q, want %q", got, want)
+	}
+	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k1"), End: []byte("k4")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	if got, want := drain(t, it), "k1=later k2=back k3=again"; got != want {
+		t.Errorf("scan after changes = %q, want %q", got, want)
+	}
+	it, err = s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Limit: 2, ValuePrefix: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	if got := drain(t, it); got != "k1=l k2=b" && got != "k1=later k2=back" {
+		t.Errorf("scan with limit and value prefix = %q, want k1 and k2 with (a prefix of) their values", got)
+	}
+}
+
+func drain(t *testing.T, it kv.Iterator) string {
+	t.Helper()
+	var out []string
+	for {
+		batch, err := it.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			return strings.Join(out, " ")
+		}
+		for _, p := range batch {
+			out = append(out, string(p.Key)+"="+string(p.Value))
+		}
+	}
+}
+
+// TestCloseReleasesIterators: an iterator left open does not keep Close
+// from closing the database, and fails afterwards with ErrClosed.
+func TestCloseReleasesIterators(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	writeRevisions(t, s, 0, 10)
+	it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := it.Next(ctx); err != nil || len(b) != 1 {
+		t.Fatalf("first batch: %d pairs, %v", len(b), err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close with an open iterator: %v", err)
+	}
+	if _, err := it.Next(ctx); !errors.Is(err, kv.ErrClosed) {
+		t.Errorf("Next after Close: %v, want ErrClosed", err)
+	}
+	if err := it.Close(); err != nil {
+		t.Errorf("iterator Close after store Close: %v", err)
+	}
+}
+
+// TestCompressionChangesOnReopen writes tables under each compression and
+// reads all of them back under another: each table records its own, so an
+// operator may change the setting on an existing data directory.
+func TestCompressionChangesOnReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	val := bytes.Repeat([]byte("compressible "), 40)
+	n := 0
+	for _, c := range []string{"snappy", "none", "zstd", ""} {
+		s, err := Open(Options{Dir: dir, Compression: c})
+		if err != nil {
+			t.Fatalf("Open(compression %q): %v", c, err)
+		}
+		for i := 0; i < n; i++ {
+			got, err := s.Get(ctx, fmt.Appendf(nil, "k/%05d", i))
+			if err != nil || !bytes.Equal(got, val) {
+				t.Fatalf("compression %q: k/%05d = %q, %v; want the value written before", c, i, got, err)
+			}
+		}
+		var ops []kv.Op
+		for range 500 {
+			ops = append(ops, kv.Put(fmt.Appendf(nil, "k/%05d", n), val))
+			n++
+		}
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		// Reclaim flushes the memtable into a table built with c.
+		if err := s.Reclaim(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Open(Options{Dir: t.TempDir(), Compression: "lz4"}); err == nil || !strings.Contains(err.Error(), `unknown compression "lz4"`) {
+		t.Errorf("Open with compression lz4: %v, want an error naming it", err)
+	}
+}

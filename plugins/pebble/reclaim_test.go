@@ -1,0 +1,172 @@
+package pebble
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/diskuse"
+)
+
+func diskUse(t *testing.T, dir string) int64 {
+	t.Helper()
+	n, err := diskuse.Allocated(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func revKey(i int) []byte { return fmt.Appendf(nil, "h/key/%08d", i) }
+
+// writeRevisions commits n keys of 512 random bytes (incompressible, as
+// distinct objects are) in batches, as the core writes revisions.
+func writeRevisions(t testing.TB, s *Store, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i += 1000 {
+		var ops []kv.Op
+		for j := i; j < min(i+1000, from+n); j++ {
+			v := make([]byte, 512)
+			_, _ = rand.Read(v)
+			ops = append(ops, kv.Put(revKey(j), v))
+		}
+		if err := s.Commit(context.Background(), ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReclaimShrinksDisk deletes most of what was written, as a compaction
+// of history does, and checks that Reclaim gives the tables' space back
+// while the live keys stay readable.
+func TestReclaimShrinksDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openDisk(t, dir)
+	defer s.Close()
+	const total, live = 60_000, 2_000
+	writeRevisions(t, s, 0, total)
+	for i := live; i < total; i += 5000 {
+		var ops []kv.Op
+		for j := i; j < min(i+5000, total); j++ {
+			ops = append(ops, kv.Delete(revKey(j)))
+		}
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Reclaim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The tables are what Reclaim shrinks: 30 times the live data was
+	// written. (The directory also holds the WAL files pebble preallocates
+	// and recycles, which do not depend on what was deleted.)
+	after := s.tablesSize()
+	liveBytes := int64(live * (len(revKey(0)) + 512))
+	t.Logf("tables after reclaiming %d bytes; live data %d bytes; directory %d bytes", after, liveBytes, diskUse(t, dir))
+	if after == 0 || after > 2*liveBytes {
+		t.Errorf("tables after reclaiming take %d bytes (live data %d)", after, liveBytes)
+	}
+	for _, i := range []int{0, live - 1} {
+		if _, err := s.Get(ctx, revKey(i)); err != nil {
+			t.Errorf("live key %d: %v", i, err)
+		}
+	}
+	for _, i := range []int{live, total - 1} {
+		if _, err := s.Get(ctx, revKey(i)); !errors.Is(err, kv.ErrNotFound) {
+			t.Errorf("deleted key %d: got %v, want ErrNotFound", i, err)
+		}
+	}
+	it, err := s.Scan(ctx, kv.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	n := 0
+	for {
+		batch, err := it.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			break
+		}
+		n += len(batch)
+	}
+	if n != live {
+		t.Errorf("scan after reclaiming: %d keys, want %d", n, live)
+	}
+}
+
+// TestReclaimWhileCommitting runs a reclamation while commits arrive: no
+// commit fails, and Reclaim after Close says so.
+func TestReclaimWhileCommitting(t *testing.T) {
+	s := openDisk(t, t.TempDir())
+	writeRevisions(t, s, 0, 5000)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	started := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				if w == 0 && i == 10 {
+					close(started)
+				}
+				k := revKey(w*1000 + i)
+				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(revKey(5000 + w*1000 + i))}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	<-started
+	if err := s.Reclaim(context.Background()); err != nil {
+		t.Errorf("Reclaim: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("commit during reclamation: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reclaim(context.Background()); !errors.Is(err, kv.ErrClosed) {
+		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestReclaimHonoursContext: a Reclaim whose context is already done does
+// no work and says why, as kv.Reclaimer requires.
+func TestReclaimHonoursContext(t *testing.T) {
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	writeRevisions(t, s, 0, 100)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Reclaim(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Reclaim with a canceled context: %v, want context.Canceled", err)
+	}
+	if n := s.tablesSize(); n != 0 {
+		t.Fatalf("a canceled Reclaim flushed the memtable: %d bytes of tables", n)
+	}
+	if err := s.Reclaim(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.tablesSize(); n == 0 {
+		t.Fatal("Reclaim left the writes in the memtable")
+	}
+}
+
+// tablesSize is the bytes of the live tables, which Reclaim shrinks (the
+// directory also holds the WAL, which pebble recycles).
+func (s *Store) tablesSize() int64 {
+	return s.db.Metrics().Total().TablesSize
+}
