@@ -98,6 +98,10 @@ func TestMySQL(t *testing.T) {
 		sqlManyRows(t, mysqlEnv.open(t, "", StoreOptions{}))
 	})
 
+	t.Run("StatementsPerRun", func(t *testing.T) {
+		mysqlStatementsPerRun(t, my, mysqlEnv.open(t, "", StoreOptions{}))
+	})
+
 	t.Run("Server", func(t *testing.T) {
 		st := mysqlEnv.open(t, "", StoreOptions{})
 		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
@@ -334,6 +338,52 @@ func mysqlOppositeOrders(t *testing.T, my *mysqltest.Server, s kv.Store) {
 	c, err2 := s.Get(ctx, keys[2])
 	if err1 != nil || err2 != nil || !bytes.Equal(b, c) {
 		t.Errorf("%s holds %q (%v), %s holds %q (%v): a batch was torn", keys[1], b, err1, keys[2], c, err2)
+	}
+}
+
+// mysqlStatementsPerRun checks, through the server's statement counters,
+// that a run of 300 ops of one kind is one statement when every condition
+// holds: no fallback to a statement per op (which the results alone would
+// not show, since it gives the same answer more slowly).
+func mysqlStatementsPerRun(t *testing.T, my *mysqltest.Server, s kv.Store) {
+	ctx := context.Background()
+	counters := func() map[string]int {
+		out, err := my.Exec("", "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_insert', 'Com_update', 'Com_update_multi', 'Com_delete', 'Com_delete_multi', 'Com_rollback')")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]int{}
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			name, v, _ := strings.Cut(line, "\t")
+			m[name], _ = strconv.Atoi(v)
+		}
+		return m
+	}
+	key := func(i int) []byte { return fmt.Appendf(nil, "run/%03d", i) }
+	for _, c := range []struct {
+		name string
+		op   func(i int) kv.Op
+		want map[string]int
+	}{
+		{"put-if-absent", func(i int) kv.Op { return kv.PutIfAbsent(key(i), []byte("a")) }, map[string]int{"Com_insert": 1}},
+		{"put", func(i int) kv.Op { return kv.Put(key(i), []byte("b")) }, map[string]int{"Com_insert": 1}},
+		{"compare-and-swap", func(i int) kv.Op { return kv.CompareAndSwap(key(i), []byte("b"), []byte("c")) }, map[string]int{"Com_update_multi": 1}},
+		{"compare-and-delete", func(i int) kv.Op { return kv.CompareAndDelete(key(i), []byte("c")) }, map[string]int{"Com_delete_multi": 1}},
+	} {
+		var ops []kv.Op
+		for i := range 300 {
+			ops = append(ops, c.op(i))
+		}
+		before := counters()
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after := counters()
+		for name := range after {
+			if d := after[name] - before[name]; d != c.want[name] {
+				t.Errorf("%s: %s grew by %d, want %d", c.name, name, d, c.want[name])
+			}
+		}
 	}
 }
 

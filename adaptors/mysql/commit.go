@@ -35,18 +35,20 @@ func (s *store) Commit(ctx context.Context, ops []sdk.Op) error {
 
 // Write sends beginCommit and the batch's writes, in one round trip unless
 // they exceed the server's max_allowed_packet. The ops go in key order;
-// each run of consecutive puts or put-if-absents is one multi-row INSERT
-// (split only at the packet limit), so a group of Engram's creates, whose
-// internal keyspaces keep each kind of write together, is three statements
-// instead of hundreds (DESIGN.md: "Statements per round trip in the SQL
-// adaptors"); the other ops are a statement each, whose affected-row count
-// says whether its condition held. Rows are locked in key order across the
-// whole batch, as with a statement per op.
+// each run of consecutive ops of one kind is one statement (split only at
+// the packet limit): a multi-row INSERT for puts and put-if-absents, an
+// UPDATE or DELETE joined with a derived table of the run's keys for
+// compare-and-swaps and compare-and-deletes; deletes stay a statement each.
+// A group of Engram's creates, whose internal keyspaces keep each kind of
+// write together, is three statements instead of hundreds (DESIGN.md:
+// "Statements per round trip in the SQL adaptors"). Rows are locked in key
+// order across the whole batch, as with a statement per op.
 //
-// A multi-row INSERT IGNORE counts the rows it inserted, not which: when it
-// falls short, some put-if-absent found its key and the batch fails, so
-// Write rolls back and runs the batch again a statement per op to learn
-// which op failed first. Nothing was committed either time.
+// A statement of a run of conditional ops counts the rows whose condition
+// held, not which: when it falls short, some condition failed and the batch
+// fails, so Write rolls back and runs the batch again a statement per op,
+// whose counts name the op that failed first. Nothing was committed either
+// time.
 func (d *adaptor) Write(c *conn, ops []sdk.Op, order []int) ([]int64, error) {
 	affected, short, err := d.write(c, ops, order, true)
 	if err != nil || !short {
@@ -54,16 +56,16 @@ func (d *adaptor) Write(c *conn, ops []sdk.Op, order []int) ([]int64, error) {
 	}
 	c.rollback()
 	if c.bad || c.inTx {
-		return nil, fmt.Errorf("rolling back to find the failed put-if-absent: %w", sdk.ErrUnavailable)
+		return nil, fmt.Errorf("rolling back to find the failed condition: %w", sdk.ErrUnavailable)
 	}
 	affected, _, err = d.write(c, ops, order, false)
 	return affected, err
 }
 
-// write sends the batch with its runs of puts and put-if-absents in
-// multi-row INSERTs (multi) or a statement per op. short reports a
-// multi-row INSERT IGNORE that inserted fewer rows than it had: the
-// affected counts of its ops are then unknown.
+// write sends the batch with its runs in multi-row statements (multi) or a
+// statement per op. short reports a statement of a run of conditional ops
+// whose condition held for fewer rows than it had: the affected counts of
+// its ops are then unknown.
 func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affected []int64, short bool, err error) {
 	limit := d.maxPacket - 1024 // room for the packet header and slack
 	counts := make([]int64, 0, len(ops)+beginStatements)
@@ -96,38 +98,61 @@ func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affecte
 	// in the order sent.
 	var stmts []sqlkv.Run
 	for _, r := range sqlkv.Runs(ops, order) {
-		if multi && r.Len() > 1 && (r.Kind == sdk.OpPutIfAbsent || r.Kind == sdk.OpPut) {
-			verb, suffix := "INSERT IGNORE", ""
-			if r.Kind == sdk.OpPut {
-				verb, suffix = "INSERT", upsert
-			}
-			cur := sqlkv.Run{Kind: r.Kind, From: r.From, To: r.From} // the current statement's
-			for k := r.From; k < r.To; k++ {
-				op := &ops[order[k]]
-				est := 64 + 3*litLen(len(op.Key)) + litLen(len(op.Value)) + len(suffix)
-				if cur.Len() > 0 && len(buf)+est > limit {
-					// The statement is full: end it and send the packet.
-					buf = append(buf, suffix...)
-					stmts = append(stmts, cur)
-					if err := send(); err != nil {
-						return nil, false, err
-					}
-					cur.From = k
+		if multi && r.Len() > 1 {
+			var head func([]byte) []byte
+			var row func(buf []byte, first bool, op *sdk.Op) []byte
+			tail := ""
+			switch r.Kind {
+			case sdk.OpPutIfAbsent, sdk.OpPut:
+				verb := "INSERT IGNORE"
+				if r.Kind == sdk.OpPut {
+					verb, tail = "INSERT", upsert
 				}
-				if cur.Len() == 0 {
-					if err := start(est + 256); err != nil {
-						return nil, false, err
+				head = func(buf []byte) []byte { return d.sql.insertHead(buf, verb) }
+				row = func(buf []byte, first bool, op *sdk.Op) []byte {
+					if !first {
+						buf = append(buf, ',')
 					}
-					buf = d.sql.insertHead(buf, verb)
-				} else {
-					buf = append(buf, ',')
+					return d.sql.insertRow(buf, op.Key, sqlkv.NonNil(op.Value))
 				}
-				buf = d.sql.insertRow(buf, op.Key, sqlkv.NonNil(op.Value))
-				cur.To = k + 1
+			case sdk.OpCompareAndSwap:
+				head, tail = d.sql.casManyHead, casManyTail
+				row = func(buf []byte, first bool, op *sdk.Op) []byte {
+					return d.sql.manyRow(buf, first, op.Key, sqlkv.NonNil(op.Value), sqlkv.NonNil(op.Expected))
+				}
+			case sdk.OpCompareAndDelete:
+				head, tail = d.sql.cadManyHead, cadManyTail
+				row = func(buf []byte, first bool, op *sdk.Op) []byte {
+					return d.sql.manyRow(buf, first, op.Key, nil, sqlkv.NonNil(op.Expected))
+				}
 			}
-			buf = append(buf, suffix...)
-			stmts = append(stmts, cur)
-			continue
+			if head != nil {
+				cur := sqlkv.Run{Kind: r.Kind, From: r.From, To: r.From} // the current statement's
+				for k := r.From; k < r.To; k++ {
+					op := &ops[order[k]]
+					est := 64 + 3*litLen(len(op.Key)) + litLen(len(op.Value)) + litLen(len(op.Expected)) + len(tail)
+					if cur.Len() > 0 && len(buf)+est > limit {
+						// The statement is full: end it and send the packet.
+						buf = append(buf, tail...)
+						stmts = append(stmts, cur)
+						if err := send(); err != nil {
+							return nil, false, err
+						}
+						cur.From = k
+					}
+					if cur.Len() == 0 {
+						if err := start(est + 256); err != nil {
+							return nil, false, err
+						}
+						buf = head(buf)
+					}
+					buf = row(buf, cur.Len() == 0, op)
+					cur.To = k + 1
+				}
+				buf = append(buf, tail...)
+				stmts = append(stmts, cur)
+				continue
+			}
 		}
 		for k := r.From; k < r.To; k++ {
 			op := &ops[order[k]]
@@ -164,11 +189,11 @@ func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affecte
 		switch {
 		case r.Len() == 1:
 			affected[r.From] = counts[s]
-		case r.Kind == sdk.OpPutIfAbsent && counts[s] != int64(r.Len()):
+		case r.Kind != sdk.OpPut && r.Kind != sdk.OpDelete && counts[s] != int64(r.Len()):
 			short = true
 		default:
-			// Every row inserted (INSERT IGNORE), or unconditional (an
-			// upsert counts 1 or 2 per row).
+			// Every row's condition held, or unconditional (an upsert
+			// counts 1 or 2 per row).
 			for k := r.From; k < r.To; k++ {
 				affected[k] = 1
 			}

@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -54,7 +55,10 @@ import (
 	"github.com/engramkv/engram/sdk"
 )
 
-func main() { sdk.Serve(&store{}) }
+func main() {
+	debug.SetMemoryLimit(sqlkv.GCMemoryLimit)
+	sdk.Serve(&store{})
+}
 
 // minPacket is the smallest max_allowed_packet the plugin accepts: one
 // statement carries a value of up to 4 MiB and its key, each escaped

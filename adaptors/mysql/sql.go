@@ -166,6 +166,60 @@ func (s statements) cas(buf, key, value, expected []byte) []byte {
 	return appendLit(buf, expected)
 }
 
+// The multi-row forms of compare-and-swap and compare-and-delete join the
+// table with a derived table of the run's keys, new values and expected
+// values, one SELECT per op joined by UNION ALL (MariaDB names a table
+// value constructor's columns after its first row's values), in key order.
+// The connection sets CLIENT_FOUND_ROWS, so the count is of the rows whose
+// condition held, changed or not.
+const (
+	casManyTail = ") AS u ON t.key_head = u.h AND t.key_tail_hash = u.th SET t.value = u.v WHERE t.value = u.e"
+	cadManyTail = ") AS u ON t.key_head = u.h AND t.key_tail_hash = u.th WHERE t.value = u.e"
+)
+
+func (s statements) casManyHead(buf []byte) []byte {
+	buf = append(buf, "UPDATE "...)
+	buf = append(buf, s.table...)
+	return append(buf, " AS t JOIN ("...)
+}
+
+func (s statements) cadManyHead(buf []byte) []byte {
+	buf = append(buf, "DELETE t FROM "...)
+	buf = append(buf, s.table...)
+	return append(buf, " AS t JOIN ("...)
+}
+
+// manyRow appends one op's row of the derived table: its key's head and
+// tail hash, then value (for a swap) and expected. The first row names the
+// columns.
+func (s statements) manyRow(buf []byte, first bool, key, value, expected []byte) []byte {
+	if first {
+		buf = append(buf, "SELECT "...)
+	} else {
+		buf = append(buf, " UNION ALL SELECT "...)
+	}
+	name := func(n string) {
+		if first {
+			buf = append(buf, " AS "...)
+			buf = append(buf, n...)
+		}
+	}
+	buf = appendLit(buf, sqlkv.KeyHead(key))
+	name("h")
+	buf = append(buf, ", "...)
+	buf = appendLit(buf, sqlkv.KeyTailHash(key))
+	name("th")
+	if value != nil {
+		buf = append(buf, ", "...)
+		buf = appendLit(buf, value)
+		name("v")
+	}
+	buf = append(buf, ", "...)
+	buf = appendLit(buf, expected)
+	name("e")
+	return buf
+}
+
 func (s statements) del(buf, key []byte) []byte {
 	buf = append(buf, "DELETE FROM "...)
 	buf = append(buf, s.table...)

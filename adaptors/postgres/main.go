@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -39,7 +40,10 @@ import (
 	"github.com/engramkv/engram/sdk"
 )
 
-func main() { sdk.Serve(&store{}) }
+func main() {
+	debug.SetMemoryLimit(sqlkv.GCMemoryLimit)
+	sdk.Serve(&store{})
+}
 
 // minServerVersion is PostgreSQL 12: stored generated columns.
 const minServerVersion = 120000

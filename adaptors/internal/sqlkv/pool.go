@@ -115,3 +115,13 @@ func (p *Pool[C]) Run(ctx context.Context, stale func(C, error) bool, call func(
 		}
 	}
 }
+
+// GCMemoryLimit is the soft memory limit an adaptor gives the Go runtime
+// (debug.SetMemoryLimit): half of the host's default cap on an instance's
+// linear memory (256 MiB). Without it the collector lets the heap grow to
+// twice what its last cycle found live, and commits of thousands of ops (a
+// DeleteRange of 5,000 keys is 10,000 ops, 6.5 MB) ran instances out of
+// memory on a loaded machine (DESIGN.md: "Statements per round trip in the
+// SQL adaptors"); linear memory never shrinks, so the heap must not outgrow
+// it in the first place.
+const GCMemoryLimit = 128 << 20
