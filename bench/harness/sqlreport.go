@@ -112,8 +112,12 @@ func (h *harness) sqlTargets() []targetRow {
 			errs += totalErrors(rs)
 			n += len(rs)
 		}
+		measuredErrs := fmt.Sprint(errs)
+		if why := h.failed[engram]; why != "" {
+			measuredErrs += "; the store failed: " + oneLine(why, 120)
+		}
 		rows = append(rows, targetRow{name: db + ": errors, every workload", required: "none",
-			measured: fmt.Sprint(errs), ok: errs == 0 && h.failed[engram] == "", known: n > 0})
+			measured: measuredErrs, ok: errs == 0 && h.failed[engram] == "", known: n > 0})
 		kt := median(h.results(kine, "create"), tput)
 		rows = append(rows, targetRow{name: db + ": creates / kine's (the floor)", required: "> 1",
 			measured: fmt.Sprintf("%s (kine %s creates/s)", ratio(ct, kt), fnum(kt)),
