@@ -21,7 +21,7 @@
 // affect the others. Because there is a single writer, badger's optimistic
 // conflict detection is switched off and ErrConflict cannot occur. For the
 // same reason the committer can prove most conditions from digests of what
-// it last wrote, without reading badger (condcache.go).
+// it last wrote, without reading badger (package condcache).
 //
 // # Reads
 //
@@ -48,6 +48,7 @@ import (
 	"github.com/dgraph-io/badger/v3/options"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/condcache"
 	"github.com/engramkv/engram/plugins/internal/diskuse"
 )
 
@@ -142,15 +143,16 @@ type Options struct {
 	NumMemtables int
 	// ConditionCacheEntries bounds how many recently written keys the
 	// committer remembers to check conditions without reading badger
-	// (condcache.go); 0 means 131072 (about 25 MiB), negative disables it.
+	// (package condcache); 0 means 131072 (about 25 MiB), negative disables
+	// it.
 	ConditionCacheEntries int
 }
 
 func condEntries(n int) int {
 	if n == 0 {
-		return defaultCondCacheEntries
+		return condcache.DefaultEntries
 	}
-	return n // negative: newCondCache returns nil
+	return n // negative: condcache.New returns nil
 }
 
 // Store is the badger adaptor. It is safe for concurrent use.
@@ -172,8 +174,8 @@ type Store struct {
 	gate   sync.RWMutex
 	closed bool
 
-	// conds is owned by the committer goroutine (see condcache.go).
-	conds *condCache
+	// conds is owned by the committer goroutine (package condcache).
+	conds *condcache.Cache
 
 	reqs          chan *commitReq
 	committerDone chan struct{}
@@ -266,7 +268,7 @@ func Open(opts Options) (*Store, error) {
 		maxTxnCount:    db.MaxBatchCount(),
 		valueThreshold: bo.ValueThreshold,
 		reqs:           make(chan *commitReq, queueDepth),
-		conds:          newCondCache(condEntries(opts.ConditionCacheEntries)),
+		conds:          condcache.New(condEntries(opts.ConditionCacheEntries)),
 		committerDone:  make(chan struct{}),
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),

@@ -9,6 +9,7 @@ import (
 	badgerdb "github.com/dgraph-io/badger/v3"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/condcache"
 )
 
 // Request states. A request is queued until the committer takes it or its
@@ -205,10 +206,10 @@ func (s *Store) tryGroup(members []*commitReq) int {
 		}
 		if err := applyOps(txn, r.ops); err != nil {
 			r.result = fmt.Errorf("badger: commit not applied: %w", err)
-			s.conds.discard()
+			s.conds.Discard()
 			return i
 		}
-		s.conds.wrote(r.ops)
+		s.conds.Wrote(r.ops)
 		writes++
 	}
 	var err error
@@ -216,7 +217,7 @@ func (s *Store) tryGroup(members []*commitReq) int {
 		err = txn.Commit()
 		s.stats.groups.Add(1)
 	}
-	s.conds.settle(err == nil)
+	s.conds.Settle(err == nil)
 	for _, r := range members {
 		switch {
 		case err != nil && (r.result == nil || isConflict(r.result)):
@@ -262,9 +263,9 @@ func commitError(err error) error {
 //
 // conds, when it proves a condition true from what the committer last wrote,
 // saves the read; everything else is read from txn.
-func checkConditions(txn *badgerdb.Txn, ops []kv.Op, conds *condCache) (*kv.ConflictError, error) {
+func checkConditions(txn *badgerdb.Txn, ops []kv.Op, conds *condcache.Cache) (*kv.ConflictError, error) {
 	for i, op := range ops {
-		if !op.Kind.Conditional() || conds.holds(op) {
+		if !op.Kind.Conditional() || conds.Holds(op) {
 			continue
 		}
 		item, err := txn.Get(dataKey(op.Key))

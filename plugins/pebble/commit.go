@@ -1,13 +1,16 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/condcache"
 )
 
 // Request states. A request is queued until the committer takes it or its
@@ -74,9 +77,9 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 
 // runCommitter is the only writer. Each loop takes every request queued
 // while the previous group was written and commits them as one group.
-func (s *Store) runCommitter() {
+func (s *Store) runCommitter(conds *condcache.Cache) {
 	defer close(s.committerDone)
-	c := &committer{s: s, pending: make(map[string]written)}
+	c := &committer{s: s, pending: make(map[string]written), conds: conds}
 	group := make([]*commitReq, 0, maxGroup)
 	for {
 		r, ok := <-s.reqs
@@ -112,6 +115,11 @@ type committer struct {
 	// Commit until the group is answered.
 	pending map[string]written
 	members []*commitReq
+	// conds proves conditions from what the committer last wrote.
+	conds *condcache.Cache
+	// iter reads the put-if-absent conditions of the group being evaluated
+	// (readAbsent); nil until one needs it, and between groups.
+	iter *pebbledb.Iterator
 }
 
 type written struct {
@@ -141,6 +149,7 @@ func (c *committer) commitGroup(group []*commitReq) {
 			r.result = conflict
 			continue
 		}
+		c.conds.Wrote(r.ops)
 		for _, op := range r.ops {
 			// A batch that is not indexed cannot fail to take an op: Set
 			// and Delete only append to its buffer.
@@ -153,6 +162,7 @@ func (c *committer) commitGroup(group []*commitReq) {
 			}
 		}
 	}
+	c.closeIter()
 	var err error
 	if !b.Empty() {
 		// Pebble returns an error only before it writes anything (a
@@ -162,6 +172,7 @@ func (c *committer) commitGroup(group []*commitReq) {
 		err = s.db.Apply(b, pebbledb.Sync)
 		s.stats.groups.Add(1)
 	}
+	c.conds.Settle(err == nil)
 	for _, r := range c.members {
 		switch {
 		case err != nil && (r.result == nil || isConflict(r.result)):
@@ -192,7 +203,7 @@ func isConflict(err error) bool {
 // batch, so checking before applying any of the batch's own writes is exact.
 func (c *committer) checkConditions(ops []kv.Op) (*kv.ConflictError, error) {
 	for i, op := range ops {
-		if !op.Kind.Conditional() {
+		if !op.Kind.Conditional() || c.conds.Holds(op) {
 			continue
 		}
 		if w, ok := c.pending[string(op.Key)]; ok {
@@ -202,8 +213,8 @@ func (c *committer) checkConditions(ops []kv.Op) (*kv.ConflictError, error) {
 			continue
 		}
 		var conflict *kv.ConflictError
-		// The value is compared in place; only a conflict copies it.
-		found, err := c.s.lookup(op.Key, func(v []byte) {
+		found, err := c.read(op, func(v []byte) {
+			// The value is compared in place; only a conflict copies it.
 			if !op.Holds(v, true) {
 				conflict = op.Conflict(i, v, true)
 			}
@@ -219,4 +230,61 @@ func (c *committer) checkConditions(ops []kv.Op) (*kv.ConflictError, error) {
 		}
 	}
 	return nil, nil
+}
+
+// read hands the committed value of op's key to use, which must not keep
+// it; found is false when the key is absent.
+func (c *committer) read(op kv.Op, use func(v []byte)) (found bool, err error) {
+	if op.Kind == kv.OpPutIfAbsent {
+		return c.readAbsent(op.Key, use)
+	}
+	// A compare names a key the core read and expects to exist, usually
+	// written moments before: Get stops at the newest memtable or table
+	// that holds it.
+	v, closer, err := c.s.db.Get(op.Key)
+	if errors.Is(err, pebbledb.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	use(v)
+	return true, closer.Close()
+}
+
+// readAbsent is read for a key expected to be absent. It seeks an iterator
+// by prefix rather than calling pebble's Get, because Get never consults the
+// bloom filters of the bottom level, where most keys live: a key that does
+// not exist (every create's put-if-absent) then costs an index and a data
+// block read there (DESIGN.md, "The pebble engine"). One iterator serves the
+// whole group: the committer is the only writer, so the database does not
+// change until the group is applied, and the group's own writes are in
+// pending.
+func (c *committer) readAbsent(key []byte, use func(v []byte)) (found bool, err error) {
+	if c.iter == nil {
+		if c.iter, err = c.s.db.NewIter(&pebbledb.IterOptions{UseL6Filters: true}); err != nil {
+			return false, err
+		}
+	}
+	// The comparer's prefix of a key is the whole key, so the only key a
+	// prefix seek can land on is key itself.
+	if !c.iter.SeekPrefixGE(key) || !bytes.Equal(c.iter.Key(), key) {
+		return false, c.iter.Error()
+	}
+	v, err := c.iter.ValueAndErr()
+	if err != nil {
+		return false, err
+	}
+	use(v)
+	return true, nil
+}
+
+func (c *committer) closeIter() {
+	if c.iter == nil {
+		return
+	}
+	if err := c.iter.Close(); err != nil {
+		c.s.log.Warn("closing the committer's iterator", "err", err)
+	}
+	c.iter = nil
 }

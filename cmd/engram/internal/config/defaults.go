@@ -15,7 +15,7 @@ func Default() Config {
 			NumMemtables: 3,
 		}, Pebble: Pebble{
 			CacheSize:    64 << 20,
-			MemTableSize: 32 << 20,
+			MemTableSize: 16 << 20,
 			Compression:  "none",
 		}, Wasm: Wasm{
 			PoolSize:    4,

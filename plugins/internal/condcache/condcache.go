@@ -1,4 +1,13 @@
-package badger
+// Package condcache lets an embedded engine's single committer prove the
+// conditions of a batch (put-if-absent, compare-and-swap, compare-and-delete)
+// true from digests of what it last wrote, without reading the engine.
+//
+// It owns only that memory of recent writes. It must not be used by an
+// adaptor whose committer is not the engine's only writer (the badger and
+// pebble adaptors hold their directory's lock), and it never decides a
+// conflict: a condition it cannot prove is read from the engine, so a
+// conflict and its current value always come from there.
+package condcache
 
 import (
 	"hash/maphash"
@@ -8,18 +17,18 @@ import (
 	"github.com/engramkv/engram/core/kv"
 )
 
-// condCache lets the committer check a batch's conditions without reading
-// badger. Every condition (put-if-absent, compare-and-swap of the revision
+// Cache lets the committer check a batch's conditions without reading the
+// engine. Every condition (put-if-absent, compare-and-swap of the revision
 // key the core read) names a key that was usually written moments before,
-// and looking it up in badger searches the memtables and, once they were
-// flushed, the L0 tables, a measurable share of the server's CPU (DESIGN.md,
-// "The condition cache"). The committer is the only writer of the database
-// (badger holds the directory lock), so it knows what it last wrote to each
-// key.
+// and looking it up searches the engine's memtables and, once they were
+// flushed, its newest tables, a measurable share of the server's CPU
+// (DESIGN.md, "The condition cache"). The committer is the only writer of the
+// database (the engine holds the directory lock), so it knows what it last
+// wrote to each key.
 //
 // It remembers, for recently written keys, a 128-bit digest of the value it
 // wrote, or that it deleted the key. A condition that holds by the digest is
-// not read from badger; one that does not, or a key it does not know, is
+// not read from the engine; one that does not, or a key it does not know, is
 // read as before, so a conflict and its current value always come from the
 // engine. A wrong "holds" would need a 128-bit collision between the
 // expected and the written value under a per-process random seed.
@@ -27,8 +36,8 @@ import (
 // Invariants: only the committer goroutine touches it (no locks); a key's
 // entry changes only after the transaction that wrote it committed; a
 // transaction that failed, or whose outcome is uncertain, removes its keys,
-// because badger may or may not hold their new values.
-type condCache struct {
+// because the engine may or may not hold their new values.
+type Cache struct {
 	seeds [2]maphash.Seed
 	lru   *simplelru.LRU[string, digest]
 	// pending holds the writes of the transaction being built, which the
@@ -41,25 +50,27 @@ type digest struct {
 	deleted bool
 }
 
-// defaultCondCacheEntries bounds the cache to about 25 MiB (a 70-byte key,
+// DefaultEntries bounds the cache to about 25 MiB (a 70-byte key,
 // the digest and the LRU's map and list entries take about 200 bytes).
-const defaultCondCacheEntries = 128 << 10
+const DefaultEntries = 128 << 10
 
-func newCondCache(entries int) *condCache {
+// New returns a cache of at most entries keys; nil (which proves nothing and
+// records nothing) when entries is not positive.
+func New(entries int) *Cache {
 	if entries <= 0 {
 		return nil
 	}
 	lru, _ := simplelru.NewLRU[string, digest](entries, nil)
-	return &condCache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, lru: lru, pending: map[string]digest{}}
+	return &Cache{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, lru: lru, pending: map[string]digest{}}
 }
 
-func (c *condCache) digestOf(v []byte) digest {
+func (c *Cache) digestOf(v []byte) digest {
 	return digest{h: [2]uint64{maphash.Bytes(c.seeds[0], v), maphash.Bytes(c.seeds[1], v)}}
 }
 
-// holds reports whether the cache proves op's condition true; false means
-// "read badger", not "conflict".
-func (c *condCache) holds(op kv.Op) bool {
+// Holds reports whether the cache proves op's condition true; false means
+// "read the engine", not "conflict".
+func (c *Cache) Holds(op kv.Op) bool {
 	if c == nil {
 		return false
 	}
@@ -78,11 +89,11 @@ func (c *condCache) holds(op kv.Op) bool {
 	return false
 }
 
-// wrote records a batch's writes as pending in the current transaction.
+// Wrote records a batch's writes as pending in the current transaction.
 // Keys written without a condition (the core's history and its compaction)
 // are remembered only when already known, so that an entry never goes stale;
 // keys written under a condition are the ones conditions name again.
-func (c *condCache) wrote(ops []kv.Op) {
+func (c *Cache) Wrote(ops []kv.Op) {
 	if c == nil {
 		return
 	}
@@ -100,9 +111,9 @@ func (c *condCache) wrote(ops []kv.Op) {
 	}
 }
 
-// settle ends the transaction: its writes become known when it committed,
+// Settle ends the transaction: its writes become known when it committed,
 // and unknown when it failed or its outcome is uncertain.
-func (c *condCache) settle(committed bool) {
+func (c *Cache) Settle(committed bool) {
 	if c == nil {
 		return
 	}
@@ -116,9 +127,9 @@ func (c *condCache) settle(committed bool) {
 	clear(c.pending)
 }
 
-// discard drops the pending writes of a transaction that was never
-// committed (badger refused a write part-way; the group is replayed).
-func (c *condCache) discard() {
+// Discard drops the pending writes of a transaction that was never
+// committed (the engine refused a write part-way; the group is replayed).
+func (c *Cache) Discard() {
 	if c != nil {
 		clear(c.pending)
 	}
