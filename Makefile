@@ -231,13 +231,15 @@ bench-sql: bench-tools
 
 # The full run: every store (the SQL ones of bench-sql too), 3 repeats of 5 s per workload with a server
 # CPU profile of each, memory after BENCH_RSS_OBJECTS objects with a
-# snapshot and restore of them, the Go benchmarks, the cost curves
+# snapshot and restore of them, memory and disk after a small cluster's
+# objects (etcd, badger, pebble), the Go benchmarks, the cost curves
 # (bench-scale's part) and the disk under churn (bench-churn's part); writes
-# BENCHMARKS.md and bench/results/. About 70 minutes on 2 cores: 17 for the
-# workloads and memory, 25 for the cost curves, 25 for the churn.
+# BENCHMARKS.md and bench/results/. About 80 minutes on 2 cores: 27 for the
+# workloads, memory and small cluster, 25 for the cost curves, 25 for the
+# churn.
 bench: bench-tools
 	./bin/engram-benchrun --mode='make bench' --repeats=3 --duration=5s \
-		--rss-objects=$(BENCH_RSS_OBJECTS) --go-bench \
+		--rss-objects=$(BENCH_RSS_OBJECTS) --go-bench --small-cluster \
 		--scale=$(BENCH_SCALE) --churn=$(BENCH_CHURN) $(BENCH_ARGS)
 
 # A smoke run (about 2 minutes): one repeat of 2 s, a small memory load; its

@@ -18,6 +18,7 @@ var storeColors = map[string]color.Color{
 	storeCeiling: color.RGBA{160, 160, 160, 255},
 	storeEtcd:    color.RGBA{66, 133, 244, 255},
 	storeBadger:  color.RGBA{219, 68, 55, 255},
+	storePebble:  color.RGBA{171, 71, 188, 255},
 	storeMemkv:   color.RGBA{244, 160, 0, 255},
 	storeWasm:    color.RGBA{15, 157, 88, 255},
 }

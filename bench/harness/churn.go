@@ -107,8 +107,8 @@ func (h *harness) runChurn(ctx context.Context) error {
 		if store == "" {
 			continue
 		}
-		if store != storeEtcd && store != storeBadger {
-			return fmt.Errorf("--churn-stores: %q has no disk to measure (want %s or %s)", store, storeEtcd, storeBadger)
+		if store != storeEtcd && store != storeBadger && store != storePebble {
+			return fmt.Errorf("--churn-stores: %q has no disk to measure (want %s, %s or %s)", store, storeEtcd, storeBadger, storePebble)
 		}
 		if c.from != "" {
 			if _, ok := c.res[store]; ok {
@@ -213,6 +213,9 @@ func (h *harness) churnStore(ctx context.Context, store string, res *churnResult
 		// Engram reclaims by itself (plugins/badger/reclaim.go): nothing
 		// to call, only to wait for.
 		res.Reclaim = "Engram's own (badger: memtable flush + Flatten after large deletes)"
+		if store == storePebble {
+			res.Reclaim = "Engram's own (pebble's background compactions)"
+		}
 		if err := waitDiskSettles(ctx, store, dataDir, c.settle); err != nil {
 			return err
 		}
@@ -291,6 +294,7 @@ func isDBFile(store, path string) bool {
 	if store == storeEtcd {
 		return filepath.Base(path) == "db" && filepath.Base(filepath.Dir(path)) == "snap"
 	}
+	// badger's tables and value log; pebble's tables (its WAL is .log).
 	ext := filepath.Ext(path)
 	return ext == ".sst" || ext == ".vlog"
 }

@@ -73,6 +73,8 @@ type harness struct {
 	churn                              churnConfig
 	kineBin, postgresWasm, mysqlWasm   string     // the SQL stores (sql.go)
 	sql                                sqlServers // their database servers
+
+	small smallCluster // the small cluster (smallcluster.go)
 }
 
 type rssResult struct {
@@ -113,7 +115,7 @@ func run() error {
 	flag.StringVar(&h.kineBin, "kine", "bin/kine", "kine binary (bench/kine) for the kine-* stores")
 	flag.StringVar(&h.postgresWasm, "postgres-wasm", "bin/postgres.wasm", "postgres adaptor for engram-postgres")
 	flag.StringVar(&h.mysqlWasm, "mysql-wasm", "bin/mysql.wasm", "mysql adaptor for engram-mysql")
-	flag.StringVar(&stores, "stores", strings.Join(append([]string{storeCeiling, storeEtcd, storeBadger, storeMemkv, storeWasm}, sqlStores...), ","), "stores to run, in this order")
+	flag.StringVar(&stores, "stores", strings.Join(append([]string{storeCeiling, storeEtcd, storeBadger, storePebble, storeMemkv, storeWasm}, sqlStores...), ","), "stores to run, in this order")
 	flag.StringVar(&h.workDir, "workdir", "", "where servers keep their data (default: a temporary directory, removed afterwards)")
 	flag.StringVar(&h.mode, "mode", "make bench", "how this run was invoked, for the report")
 	flag.StringVar(&h.outMD, "out", "BENCHMARKS.md", "report to write")
@@ -139,6 +141,7 @@ func run() error {
 	flag.IntVar(&h.p.rssBatch, "rss-batch", 10, "objects per create transaction when loading them (engram bench --load-batch)")
 	h.registerScaleFlags()
 	h.addChurnFlags(flag.CommandLine)
+	h.addSmallClusterFlags(flag.CommandLine)
 	flag.Parse()
 	h.stores = strings.Split(stores, ",")
 	h.repoRoot, _ = os.Getwd()
@@ -222,6 +225,9 @@ func run() error {
 				h.rss[store] = rssResult{Objects: h.p.rssObjects, LoadError: err.Error()}
 			}
 		}
+	}
+	if err := h.runSmallCluster(ctx); err != nil {
+		return err
 	}
 	if err := h.runScale(ctx); err != nil {
 		return err
@@ -324,7 +330,7 @@ func (h *harness) measureRSS(ctx context.Context, store string) error {
 	if res.Loaded, err = srv.memory(); err != nil {
 		return err
 	}
-	if store == storeBadger {
+	if store == storeBadger || store == storePebble {
 		h.saveHeapProfile(ctx, srv, fmt.Sprintf("%s-after-%d-objects", store, h.p.rssObjects))
 	}
 	h.rss[store] = res

@@ -216,6 +216,7 @@ func (h *harness) writeReport() error {
 		}
 	}
 
+	h.writeSmallCluster(&b)
 	h.writeSnapshot(&b)
 
 	w("\n## Targets (issue 12; Engram on badger unless named)\n\n")

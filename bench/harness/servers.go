@@ -20,6 +20,7 @@ const (
 	storeCeiling = "ceiling"
 	storeEtcd    = "etcd"
 	storeBadger  = "engram-badger"
+	storePebble  = "engram-pebble"
 	storeMemkv   = "engram-memkv"
 	storeWasm    = "engram-wasm"
 )
@@ -29,6 +30,7 @@ var storeInfo = map[string]string{
 	storeCeiling: "bench/ceiling: answers at once, stores nothing (the machine's limit)",
 	storeEtcd:    "etcd 3.6 built from the module proxy (bench/etcd), defaults: fsync on every commit",
 	storeBadger:  "Engram on badger (the default engine): every acknowledged write fsynced",
+	storePebble:  "Engram on pebble (storage.engine=pebble, its defaults): every acknowledged write fsynced",
 	storeMemkv:   "Engram on memkv: in memory, no durability",
 	storeWasm:    "Engram on memkv.wasm through the WebAssembly host: in memory, no durability; its linear memory cap raised from the default 256 MiB to the wasm32 maximum of 4 GiB, so it can hold what native memkv holds",
 	// The SQL stores (sql.go) share one database server per database, a
@@ -108,7 +110,7 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 			s.args = append(s.args, fmt.Sprintf("--quota-backend-bytes=%d", h.scale.etcdQuota))
 		}
 		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.endpoint+"/health") }
-	case storeBadger, storeMemkv, storeWasm:
+	case storeBadger, storePebble, storeMemkv, storeWasm:
 		hp, err := freePort()
 		if err != nil {
 			return nil, err
@@ -172,6 +174,8 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 // same for serve and snapshot restore.
 func engramStorageArgs(kind, wasmFile string) []string {
 	switch kind {
+	case storePebble:
+		return []string{"--storage.engine=pebble"}
 	case storeMemkv:
 		return []string{"--storage.engine=memkv"}
 	case storeWasm:

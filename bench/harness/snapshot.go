@@ -122,7 +122,7 @@ func (h *harness) measureSnapshot(ctx context.Context, store string, srv *server
 		args = []string{"snapshot", "restore", file, "--data-dir", dataDir, "--name=bench",
 			"--initial-cluster=bench=" + restoreMemberPeer, "--initial-advertise-peer-urls=" + restoreMemberPeer}
 		res.RestoreCmd = "etcdutl " + strings.Join(args, " ")
-	case storeBadger:
+	case storeBadger, storePebble:
 		bin = h.engramBin
 		args = append([]string{"snapshot", "restore", file, "--data-dir=" + dataDir, "--log.level=warn"}, engramStorageArgs(store, h.wasmFile)...)
 		res.RestoreCmd = "engram " + strings.Join(args, " ")

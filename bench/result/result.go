@@ -81,10 +81,14 @@ type Result struct {
 	Reads  int64 `json:"reads,omitempty"`
 	Writes int64 `json:"writes,omitempty"`
 
-	// List workload: pages and keys read, and keys per second.
+	// List workload: pages and keys read, and keys per second. The
+	// small-cluster workload reports the pages its lists read, and in Keys
+	// and LiveBytes the objects it leaves and the bytes of their keys and
+	// values (the least a store must keep).
 	Pages      int64   `json:"pages,omitempty"`
 	Keys       int64   `json:"keys,omitempty"`
 	KeysPerSec float64 `json:"keys_per_sec,omitempty"`
+	LiveBytes  int64   `json:"live_bytes,omitempty"`
 
 	// Watch is set for the watch workload.
 	Watch *Watch `json:"watch,omitempty"`

@@ -101,6 +101,10 @@ type Config struct {
 	LoadFrom      int
 	PrefixObjects int
 	Existing      bool
+	// ClusterPods and ClusterNodes size the small-cluster workload
+	// (smallcluster.go).
+	ClusterPods  int
+	ClusterNodes int
 
 	// Cleanup deletes each workload's keys after it and compacts, as
 	// kube-apiserver's compactor would, so workloads do not weigh on each
@@ -138,6 +142,9 @@ func Defaults() Config {
 		LoadBatch:   1,
 		Cleanup:     true,
 
+		ClusterPods:  5000,
+		ClusterNodes: 500,
+
 		// kube-apiserver's --etcd-compaction-interval default.
 		CompactEvery: 5 * time.Minute,
 	}
@@ -153,10 +160,10 @@ func ParseWorkloads(s string) ([]string, error) {
 		case name == "":
 		case name == "all":
 			out = append(out, All...)
-		case slices.Contains(All, name) || name == Load || name == Churn:
+		case slices.Contains(All, name) || name == Load || name == Churn || name == SmallCluster:
 			out = append(out, name)
 		default:
-			return nil, fmt.Errorf("unknown workload %q (want %s, %s or all)", name, strings.Join(All, ", "), Load)
+			return nil, fmt.Errorf("unknown workload %q (want %s, %s, %s, %s or all)", name, strings.Join(All, ", "), Load, Churn, SmallCluster)
 		}
 	}
 	if len(out) == 0 {
@@ -189,6 +196,8 @@ func (c *Config) validate() error {
 	case c.LoadBatch < 1 || c.LoadBatch > 128:
 		// 128 is etcd's default --max-txn-ops.
 		return fmt.Errorf("load batch must be within 1..128")
+	case c.ClusterPods < 1 || c.ClusterNodes < 1:
+		return fmt.Errorf("cluster pods and nodes must be at least 1")
 	case c.KeyOrder != KeyOrderRandom && c.KeyOrder != KeyOrderSequential:
 		return fmt.Errorf("key order must be %q or %q, got %q", KeyOrderRandom, KeyOrderSequential, c.KeyOrder)
 	}

@@ -50,7 +50,7 @@ func Run(ctx context.Context, cfg Config, workloads []string) (*result.Report, e
 			return rep, fmt.Errorf("%s: %w", name, err)
 		}
 		rep.Results = append(rep.Results, *res)
-		if cfg.Cleanup && name != Load {
+		if cfg.Cleanup && name != Load && name != SmallCluster {
 			if err := r.cleanup(ctx, name); err != nil {
 				return rep, fmt.Errorf("%s: cleanup: %w", name, err)
 			}
@@ -145,6 +145,8 @@ func (r *runner) run(ctx context.Context, name string) (*result.Result, error) {
 		return r.load(ctx)
 	case Churn:
 		return r.churn(ctx)
+	case SmallCluster:
+		return r.smallCluster(ctx)
 	}
 	return nil, fmt.Errorf("unknown workload %q", name)
 }

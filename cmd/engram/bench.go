@@ -33,7 +33,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		cert      = fs.String("cert", "", "PEM client certificate for TLS client authentication")
 		key       = fs.String("key", "", "PEM private key of --cert")
 		insecure  = fs.Bool("insecure-skip-tls-verify", false, "use TLS without verifying the server certificate")
-		names     = fs.String("workloads", "all", "comma-separated workloads: "+strings.Join(workload.All, ", ")+", all, load (create --data-set objects and keep them), or churn (updates for --duration with kube-apiserver's compactor, throughput per second)")
+		names     = fs.String("workloads", "all", "comma-separated workloads: "+strings.Join(workload.All, ", ")+", all, load (create --data-set objects and keep them), churn (updates for --duration with kube-apiserver's compactor, throughput per second), or small-cluster (a small cluster's nodes and pods through their life, left in place)")
 		jsonOut   = fs.String("json", "", "also write the report as JSON to this file")
 		quiet     = fs.Bool("quiet", false, "no progress line on stderr (it is also off when stderr is not a terminal)")
 		verbose   = fs.Bool("verbose", false, "log each phase on stderr")
@@ -61,6 +61,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&d.LoadFrom, "load-from", 0, "index of the first object load creates, to grow a store in steps (objects load-from..data-set-1)")
 	fs.IntVar(&d.PrefixObjects, "prefix-objects", 0, "spread load's objects over sub-prefixes <prefix>NNN/ of this many each (0: one prefix)")
 	fs.BoolVar(&d.Existing, "existing", false, "get and list read the objects load created under --prefix (get: --data-set of them; list: the first sub-prefix, --data-set keys) instead of preloading their own")
+	fs.IntVar(&d.ClusterPods, "cluster-pods", d.ClusterPods, "small-cluster: pods created (and one in five deleted and replaced)")
+	fs.IntVar(&d.ClusterNodes, "cluster-nodes", d.ClusterNodes, "small-cluster: nodes, each with its heartbeat lease")
 	fs.DurationVar(&d.DialTimeout, "dial-timeout", d.DialTimeout, "how long to wait for the endpoint")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: engram bench [flags]")
