@@ -11,6 +11,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
+	"github.com/engramkv/engram/plugins/internal/enginetest"
 )
 
 // suiteConfig is the contract as written: badger meets it in full.
@@ -315,7 +316,7 @@ func TestScanVersionsAndDeletes(t *testing.T) {
 	// Changes after the snapshot was taken must not show in it.
 	commit(kv.Delete([]byte("k0")), kv.Put([]byte("k1"), []byte("later")), kv.Put([]byte("k2"), []byte("back")))
 
-	if got := drain(t, snap); got != want {
+	if got := enginetest.Drain(t, snap); got != want {
 		t.Errorf("snapshot scan = %q, want %q", got, want)
 	}
 	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k1"), End: []byte("k4")})
@@ -323,7 +324,7 @@ func TestScanVersionsAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	if got, want := drain(t, it), "k1=later k2=back k3=again"; got != want {
+	if got, want := enginetest.Drain(t, it), "k1=later k2=back k3=again"; got != want {
 		t.Errorf("scan after changes = %q, want %q", got, want)
 	}
 	it, err = s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Limit: 2})
@@ -331,25 +332,8 @@ func TestScanVersionsAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	if got, want := drain(t, it), "k1=later k2=back"; got != want {
+	if got, want := enginetest.Drain(t, it), "k1=later k2=back"; got != want {
 		t.Errorf("scan with limit = %q, want %q", got, want)
-	}
-}
-
-func drain(t *testing.T, it kv.Iterator) string {
-	t.Helper()
-	var out []string
-	for {
-		batch, err := it.Next(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(batch) == 0 {
-			return strings.Join(out, " ")
-		}
-		for _, p := range batch {
-			out = append(out, string(p.Key)+"="+string(p.Value))
-		}
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"testing"
+
+	"github.com/engramkv/engram/plugins/internal/enginetest"
 )
 
 // TestReclaimHonoursContext: a Reclaim whose context is already done does
@@ -15,7 +17,7 @@ func TestReclaimHonoursContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	writeRevisions(t, s, 0, 100)
+	enginetest.WriteRevisions(t, s, 0, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := s.Reclaim(ctx); !errors.Is(err, context.Canceled) {
@@ -40,11 +42,11 @@ func TestReclaimInMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	writeRevisions(t, s, 0, 100)
+	enginetest.WriteRevisions(t, s, 0, 100)
 	if err := s.Reclaim(context.Background()); err != nil {
 		t.Fatalf("Reclaim on an in-memory store: %v", err)
 	}
-	if _, err := s.Get(context.Background(), revKey(7)); err != nil {
+	if _, err := s.Get(context.Background(), enginetest.RevKey(7)); err != nil {
 		t.Fatalf("key after Reclaim: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
+	"github.com/engramkv/engram/plugins/internal/enginetest"
 )
 
 func openDisk(t testing.TB, dir string) *Store {
@@ -74,7 +75,7 @@ func TestReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	if n := len(strings.Fields(drain(t, it))); n != 99 {
+	if n := len(strings.Fields(enginetest.Drain(t, it))); n != 99 {
 		t.Errorf("scan after reopen: %d keys, want 99", n)
 	}
 	if _, err := Open(Options{Dir: dir}); err == nil {
@@ -226,7 +227,7 @@ func TestOpenOptions(t *testing.T) {
 
 func TestSizeReportsDiskUse(t *testing.T) {
 	s := openDisk(t, t.TempDir())
-	writeRevisions(t, s, 0, 1000)
+	enginetest.WriteRevisions(t, s, 0, 1000)
 	n, err := s.Size()
 	if err != nil {
 		t.Fatal(err)
@@ -279,10 +280,10 @@ func TestScanSnapshotAndDeletes(t *testing.T) {
 	// Changes after the snapshot was taken must not show in it.
 	commit(kv.Delete([]byte("k0")), kv.Put([]byte("k1"), []byte("later")), kv.Put([]byte("k2"), []byte("back")))
 
-	if got := drain(t, snap); got != want {
+	if got := enginetest.Drain(t, snap); got != want {
 		t.Errorf("snapshot scan = %q, want %q", got, want)
 	}
-	if got, want := drain(t, rev), "k4=v0 k3=again k1=v3 k0=v0"; got != want {
+	if got, want := enginetest.Drain(t, rev), "k4=v0 k3=again k1=v3 k0=v0"; got != want {
 		t.Errorf("reverse snapshot scan = %q, want %q", got, want)
 	}
 	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k1"), End: []byte("k4")})
@@ -290,7 +291,7 @@ func TestScanSnapshotAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	if got, want := drain(t, it), "k1=later k2=back k3=again"; got != want {
+	if got, want := enginetest.Drain(t, it), "k1=later k2=back k3=again"; got != want {
 		t.Errorf("scan after changes = %q, want %q", got, want)
 	}
 	it, err = s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Limit: 2, ValuePrefix: 1})
@@ -298,25 +299,8 @@ func TestScanSnapshotAndDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer it.Close()
-	if got := drain(t, it); got != "k1=l k2=b" && got != "k1=later k2=back" {
+	if got := enginetest.Drain(t, it); got != "k1=l k2=b" && got != "k1=later k2=back" {
 		t.Errorf("scan with limit and value prefix = %q, want k1 and k2 with (a prefix of) their values", got)
-	}
-}
-
-func drain(t *testing.T, it kv.Iterator) string {
-	t.Helper()
-	var out []string
-	for {
-		batch, err := it.Next(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(batch) == 0 {
-			return strings.Join(out, " ")
-		}
-		for _, p := range batch {
-			out = append(out, string(p.Key)+"="+string(p.Value))
-		}
 	}
 }
 
@@ -325,7 +309,7 @@ func drain(t *testing.T, it kv.Iterator) string {
 func TestCloseReleasesIterators(t *testing.T) {
 	ctx := context.Background()
 	s := openDisk(t, t.TempDir())
-	writeRevisions(t, s, 0, 10)
+	enginetest.WriteRevisions(t, s, 0, 10)
 	it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 1})
 	if err != nil {
 		t.Fatal(err)

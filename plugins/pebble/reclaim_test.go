@@ -2,14 +2,13 @@ package pebble
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/internal/diskuse"
+	"github.com/engramkv/engram/plugins/internal/enginetest"
 )
 
 func diskUse(t *testing.T, dir string) int64 {
@@ -21,25 +20,6 @@ func diskUse(t *testing.T, dir string) int64 {
 	return n
 }
 
-func revKey(i int) []byte { return fmt.Appendf(nil, "h/key/%08d", i) }
-
-// writeRevisions commits n keys of 512 random bytes (incompressible, as
-// distinct objects are) in batches, as the core writes revisions.
-func writeRevisions(t testing.TB, s *Store, from, n int) {
-	t.Helper()
-	for i := from; i < from+n; i += 1000 {
-		var ops []kv.Op
-		for j := i; j < min(i+1000, from+n); j++ {
-			v := make([]byte, 512)
-			_, _ = rand.Read(v)
-			ops = append(ops, kv.Put(revKey(j), v))
-		}
-		if err := s.Commit(context.Background(), ops); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // TestReclaimShrinksDisk deletes most of what was written, as a compaction
 // of history does, and checks that Reclaim gives the tables' space back
 // while the live keys stay readable.
@@ -49,11 +29,11 @@ func TestReclaimShrinksDisk(t *testing.T) {
 	s := openDisk(t, dir)
 	defer s.Close()
 	const total, live = 60_000, 2_000
-	writeRevisions(t, s, 0, total)
+	enginetest.WriteRevisions(t, s, 0, total)
 	for i := live; i < total; i += 5000 {
 		var ops []kv.Op
 		for j := i; j < min(i+5000, total); j++ {
-			ops = append(ops, kv.Delete(revKey(j)))
+			ops = append(ops, kv.Delete(enginetest.RevKey(j)))
 		}
 		if err := s.Commit(ctx, ops); err != nil {
 			t.Fatal(err)
@@ -66,18 +46,18 @@ func TestReclaimShrinksDisk(t *testing.T) {
 	// written. (The directory also holds the WAL files pebble preallocates
 	// and recycles, which do not depend on what was deleted.)
 	after := s.tablesSize()
-	liveBytes := int64(live * (len(revKey(0)) + 512))
+	liveBytes := int64(live * (len(enginetest.RevKey(0)) + 512))
 	t.Logf("tables after reclaiming %d bytes; live data %d bytes; directory %d bytes", after, liveBytes, diskUse(t, dir))
 	if after == 0 || after > 2*liveBytes {
 		t.Errorf("tables after reclaiming take %d bytes (live data %d)", after, liveBytes)
 	}
 	for _, i := range []int{0, live - 1} {
-		if _, err := s.Get(ctx, revKey(i)); err != nil {
+		if _, err := s.Get(ctx, enginetest.RevKey(i)); err != nil {
 			t.Errorf("live key %d: %v", i, err)
 		}
 	}
 	for _, i := range []int{live, total - 1} {
-		if _, err := s.Get(ctx, revKey(i)); !errors.Is(err, kv.ErrNotFound) {
+		if _, err := s.Get(ctx, enginetest.RevKey(i)); !errors.Is(err, kv.ErrNotFound) {
 			t.Errorf("deleted key %d: got %v, want ErrNotFound", i, err)
 		}
 	}
@@ -106,7 +86,7 @@ func TestReclaimShrinksDisk(t *testing.T) {
 // commit fails, and Reclaim after Close says so.
 func TestReclaimWhileCommitting(t *testing.T) {
 	s := openDisk(t, t.TempDir())
-	writeRevisions(t, s, 0, 5000)
+	enginetest.WriteRevisions(t, s, 0, 5000)
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	started := make(chan struct{})
@@ -118,8 +98,8 @@ func TestReclaimWhileCommitting(t *testing.T) {
 				if w == 0 && i == 10 {
 					close(started)
 				}
-				k := revKey(w*1000 + i)
-				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(revKey(5000 + w*1000 + i))}); err != nil {
+				k := enginetest.RevKey(w*1000 + i)
+				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(enginetest.RevKey(5000 + w*1000 + i))}); err != nil {
 					errs <- err
 					return
 				}
@@ -148,7 +128,7 @@ func TestReclaimWhileCommitting(t *testing.T) {
 func TestReclaimHonoursContext(t *testing.T) {
 	s := openDisk(t, t.TempDir())
 	defer s.Close()
-	writeRevisions(t, s, 0, 100)
+	enginetest.WriteRevisions(t, s, 0, 100)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := s.Reclaim(ctx); !errors.Is(err, context.Canceled) {

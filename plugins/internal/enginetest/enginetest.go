@@ -1,0 +1,156 @@
+// Package enginetest holds what the embedded adaptors' tests and benchmarks
+// (plugins/badger, plugins/pebble) share beyond the conformance suite
+// (core/kv/kvtest): key and value shapes, loading helpers, and checks that
+// need only a kv.Store.
+//
+// It imports package testing and must be imported from _test files only. It
+// must not know any engine: checks that reach into an adaptor's internals
+// (its committer, its files) stay in that adaptor's tests.
+package enginetest
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+// Benchmark batches mimic one etcd write: ~70-byte keys and 512-byte values.
+const (
+	BenchKeyLen = 70
+	BenchValLen = 512
+)
+
+// BenchKey is the i-th key of a benchmark, shaped like Engram's keys of a
+// resource.
+func BenchKey(prefix string, i int64) []byte {
+	k := fmt.Appendf(nil, "/registry/%s/namespace-%04d/object-%016d", prefix, i%1000, i)
+	for len(k) < BenchKeyLen {
+		k = append(k, '.')
+	}
+	return k
+}
+
+// CommitEach commits op(0) .. op(n-1) in batches of 1000.
+func CommitEach(tb testing.TB, s kv.Store, n int64, op func(i int64) kv.Op) {
+	tb.Helper()
+	ops := make([]kv.Op, 0, 1000)
+	for i := int64(0); i < n; i++ {
+		ops = append(ops, op(i))
+		if len(ops) == cap(ops) || i == n-1 {
+			if err := s.Commit(context.Background(), ops); err != nil {
+				tb.Fatal(err)
+			}
+			ops = ops[:0]
+		}
+	}
+}
+
+// RunCommitters runs b.N operations on exactly n goroutines and reports
+// throughput; op receives a unique sequence number.
+func RunCommitters(b *testing.B, n int, op func(seq int64) error) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	start := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := op(i); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "commits/s")
+}
+
+// RevKey is the i-th key WriteRevisions writes.
+func RevKey(i int) []byte { return fmt.Appendf(nil, "h/key/%08d", i) }
+
+// WriteRevisions commits keys from..from+n-1 with 512 random bytes each
+// (incompressible, as distinct objects are) in batches, as the core writes
+// revisions.
+func WriteRevisions(tb testing.TB, s kv.Store, from, n int) {
+	tb.Helper()
+	for i := from; i < from+n; i += 1000 {
+		var ops []kv.Op
+		for j := i; j < min(i+1000, from+n); j++ {
+			v := make([]byte, 512)
+			_, _ = rand.Read(v)
+			ops = append(ops, kv.Put(RevKey(j), v))
+		}
+		if err := s.Commit(context.Background(), ops); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// Drain reads it to its end as "key=value" pairs separated by spaces.
+func Drain(t *testing.T, it kv.Iterator) string {
+	t.Helper()
+	var out []string
+	for {
+		batch, err := it.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(batch) == 0 {
+			return strings.Join(out, " ")
+		}
+		for _, p := range batch {
+			out = append(out, string(p.Key)+"="+string(p.Value))
+		}
+	}
+}
+
+// ConditionsAfterWrites runs conditions on a key the committer wrote moments
+// before (which an adaptor's condition cache may prove without reading the
+// engine): what is proved must match what the engine holds, and a conflict
+// must still report the engine's current value.
+func ConditionsAfterWrites(t *testing.T, s kv.Store) {
+	t.Helper()
+	ctx := context.Background()
+	k := []byte("k")
+	if err := s.Commit(ctx, []kv.Op{kv.PutIfAbsent(k, []byte("v1"))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap(k, []byte("v1"), []byte("v2"))}); err != nil {
+		t.Fatal(err)
+	}
+	err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap(k, []byte("v1"), []byte("v3"))})
+	c, ok := kv.AsConflict(err)
+	if !ok || !c.Exists || string(c.Current) != "v2" {
+		t.Fatalf("stale CAS: %v (conflict %+v)", err, c)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.CompareAndDelete(k, []byte("v2"))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, k); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.PutIfAbsent(k, []byte("again"))}); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Commit(ctx, []kv.Op{kv.PutIfAbsent(k, []byte("twice"))})
+	if c, ok := kv.AsConflict(err); !ok || string(c.Current) != "again" {
+		t.Fatalf("put-if-absent on a present key: %v", err)
+	}
+}
