@@ -50,6 +50,7 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/internal/condcache"
 	"github.com/engramkv/engram/plugins/internal/diskuse"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 // Limits of this adaptor that are tighter than the kv contract's.
@@ -99,9 +100,6 @@ const (
 	// maxGroup caps the batches merged into one badger transaction, which
 	// bounds the latency the last batch of a group adds to the first.
 	maxGroup = 1024
-	// queueDepth lets committers enqueue while a group is being written,
-	// which is what forms the next group.
-	queueDepth = 4 * maxGroup
 )
 
 // Options configures Open.
@@ -177,10 +175,11 @@ type Store struct {
 	// conds is owned by the committer goroutine (package condcache).
 	conds *condcache.Cache
 
-	reqs          chan *commitReq
-	committerDone chan struct{}
-	stopGC        chan struct{}
-	gcDone        chan struct{}
+	// queue carries Commits to the committer (commitGroup).
+	queue *groupcommit.Queue
+
+	stopGC chan struct{}
+	gcDone chan struct{}
 
 	itersMu sync.Mutex
 	iters   map[*iterator]struct{}
@@ -267,14 +266,13 @@ func Open(opts Options) (*Store, error) {
 		maxTxnSize:     db.MaxBatchSize(),
 		maxTxnCount:    db.MaxBatchCount(),
 		valueThreshold: bo.ValueThreshold,
-		reqs:           make(chan *commitReq, queueDepth),
+		queue:          groupcommit.NewQueue("badger", maxGroup, 0),
 		conds:          condcache.New(condEntries(opts.ConditionCacheEntries)),
-		committerDone:  make(chan struct{}),
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),
 		iters:          make(map[*iterator]struct{}),
 	}
-	go s.runCommitter()
+	go s.queue.Run(s.commitGroup)
 	interval := opts.GCInterval
 	if interval == 0 {
 		interval = defaultGCInterval
@@ -404,8 +402,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	// No Commit holds the gate, so none is queued or waiting: closing the
 	// queue lets the committer finish its last group and exit.
-	close(s.reqs)
-	<-s.committerDone
+	s.queue.Close()
 	close(s.stopGC)
 	<-s.gcDone
 

@@ -12,6 +12,7 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
 	"github.com/engramkv/engram/plugins/internal/enginetest"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 // suiteConfig is the contract as written: badger meets it in full.
@@ -131,9 +132,9 @@ func TestGroupSemantics(t *testing.T) {
 		{kv.PutIfAbsent([]byte("c"), []byte("x"))},                 // conflicts with batch 1's write
 		{kv.CompareAndSwap([]byte("d"), []byte("d"), []byte("y"))}, // batch 2 did not apply
 	}
-	reqs := make([]*commitReq, len(batches))
+	reqs := make([]*groupcommit.Request, len(batches))
 	for i, ops := range batches {
-		reqs[i] = &commitReq{ops: ops, done: make(chan error, 1)}
+		reqs[i] = groupcommit.NewRequest(ops)
 	}
 	before := s.Stats()
 	s.commitGroup(reqs)
@@ -148,7 +149,7 @@ func TestGroupSemantics(t *testing.T) {
 		exists   bool
 	}{{}, {}, {true, 1, "2", true}, {}, {}, {true, 0, "c", true}, {true, 0, "", false}}
 	for i, r := range reqs {
-		err := <-r.done
+		err := <-r.Done()
 		c, isC := kv.AsConflict(err)
 		switch {
 		case !want[i].conflict && err != nil:
@@ -181,15 +182,16 @@ func TestGroupSplitsAtTxnLimit(t *testing.T) {
 	defer s.Close()
 	val := bytes.Repeat([]byte("x"), 512<<10) // below the value threshold: counts fully
 	n := int(2*s.maxTxnSize/int64(len(val))) + 2
-	reqs := make([]*commitReq, n)
+	reqs := make([]*groupcommit.Request, n)
 	for i := range reqs {
 		ops := []kv.Op{kv.Put(fmt.Appendf(nil, "big/%03d", i), val)}
-		reqs[i] = &commitReq{ops: ops, size: s.entrySize(ops[0]), count: 1, done: make(chan error, 1)}
+		reqs[i] = groupcommit.NewRequest(ops)
+		reqs[i].Size, reqs[i].Count = s.entrySize(ops[0]), 1
 	}
 	before := s.Stats().Groups
 	s.commitGroup(reqs)
 	for i, r := range reqs {
-		if err := <-r.done; err != nil {
+		if err := <-r.Done(); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 	}

@@ -4,39 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	badgerdb "github.com/dgraph-io/badger/v3"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/internal/condcache"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
-
-// Request states. A request is queued until the committer takes it or its
-// caller gives up; exactly one of the two wins the compare-and-swap, so a
-// caller that gave up knows its batch will never be applied.
-const (
-	reqQueued int32 = iota
-	reqTaken
-	reqAbandoned
-)
-
-type commitReq struct {
-	ops   []kv.Op
-	state atomic.Int32
-	// size and count are the request's share of badger's transaction
-	// limits, computed by the caller so the committer can cut groups
-	// without trial and error.
-	size, count int64
-	// result is set by the committer while it owns the request, then sent
-	// on done.
-	result error
-	done   chan error
-	// run, when set, is not a batch: the committer calls it between two
-	// groups, with no write in flight, and answers with its error
-	// (reclaim.go flushes the memtable this way).
-	run func() error
-}
 
 // Commit applies ops atomically and durably. It returns after the group
 // holding the batch has been fsynced.
@@ -44,7 +18,7 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	if err := kv.ValidateBatch(ops); err != nil {
 		return fmt.Errorf("badger: commit refused: %w", err)
 	}
-	req := &commitReq{ops: ops, done: make(chan error, 1)}
+	req := groupcommit.NewRequest(ops)
 	for i, op := range ops {
 		if len(op.Key) > MaxKeySize {
 			return fmt.Errorf("badger: commit refused: op %d: key of %d bytes exceeds the engine's limit of %d", i, len(op.Key), MaxKeySize)
@@ -52,12 +26,12 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		if s.inMemory && len(op.Value) > MaxInMemoryValueSize {
 			return fmt.Errorf("badger: commit refused: op %d: value of %d bytes exceeds the in-memory engine's limit of %d", i, len(op.Value), MaxInMemoryValueSize)
 		}
-		req.size += s.entrySize(op)
-		req.count++
+		req.Size += s.entrySize(op)
+		req.Count++
 	}
-	if req.size >= s.maxTxnSize || req.count >= s.maxTxnCount {
+	if req.Size >= s.maxTxnSize || req.Count >= s.maxTxnCount {
 		return fmt.Errorf("badger: commit refused: batch of %d ops, ~%d bytes exceeds the engine's transaction limit (%d ops, %d bytes): %w: %w",
-			req.count, req.size, s.maxTxnCount, s.maxTxnSize, kv.ErrBatchTooLarge, badgerdb.ErrTxnTooBig)
+			req.Count, req.Size, s.maxTxnCount, s.maxTxnSize, kv.ErrBatchTooLarge, badgerdb.ErrTxnTooBig)
 	}
 
 	s.gate.RLock()
@@ -72,24 +46,7 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		return fmt.Errorf("badger: commit not applied: %w", err)
 	}
 	s.noteDeletes(ops) // reclaim.go: what the core deleted drives reclamation
-	select {
-	case s.reqs <- req:
-	case <-ctx.Done():
-		return fmt.Errorf("badger: commit not applied: %w", ctx.Err())
-	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			return fmt.Errorf("badger: commit not applied: %w", ctx.Err())
-		}
-		// The committer has the batch: its outcome is at most one group
-		// write away. Waiting for it spares the caller an ErrUncertain to
-		// resolve, and keeps the caller from reusing op buffers that the
-		// committer is still reading.
-		return <-req.done
-	}
+	return s.queue.Submit(ctx, req)
 }
 
 // entrySize mirrors badger's accounting of one write against its
@@ -107,59 +64,32 @@ func (s *Store) entrySize(op kv.Op) int64 {
 	return k + v + 2 + 10
 }
 
-// runCommitter is the only writer. Each loop takes every request queued
-// while the previous group was written and commits them as one group.
-func (s *Store) runCommitter() {
-	defer close(s.committerDone)
-	group := make([]*commitReq, 0, maxGroup)
-	for {
-		r, ok := <-s.reqs
-		if !ok {
-			return
-		}
-		group = append(group[:0], r)
-	fill:
-		for len(group) < maxGroup {
-			select {
-			case r, ok := <-s.reqs:
-				if !ok {
-					break fill // closing: finish this group; the next receive ends the loop
-				}
-				group = append(group, r)
-			default:
-				break fill
-			}
-		}
-		s.commitGroup(group)
-		clear(group)
-	}
-}
-
 // commitGroup applies the requests in order, cutting them into as many
-// badger transactions as badger's size limits require.
-func (s *Store) commitGroup(group []*commitReq) {
-	members := make([]*commitReq, 0, len(group))
+// badger transactions as badger's size limits require. It is the
+// committer, the only writer (groupcommit.Queue.Run calls it).
+func (s *Store) commitGroup(group []*groupcommit.Request) {
+	members := make([]*groupcommit.Request, 0, len(group))
 	var size, count int64
 	for _, r := range group {
-		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+		if !r.Take() {
 			continue // its caller gave up before we got to it
 		}
-		if r.run != nil {
+		if r.Run != nil {
 			if len(members) > 0 {
 				s.applyAndFlush(members)
 				members, size, count = members[:0], 0, 0
 			}
-			r.result = r.run()
-			s.reply(r)
+			r.Result = r.Run()
+			r.Reply()
 			continue
 		}
-		if len(members) > 0 && (size+r.size >= s.maxTxnSize || count+r.count >= s.maxTxnCount) {
+		if len(members) > 0 && (size+r.Size >= s.maxTxnSize || count+r.Count >= s.maxTxnCount) {
 			s.applyAndFlush(members)
 			members, size, count = members[:0], 0, 0
 		}
 		members = append(members, r)
-		size += r.size
-		count += r.count
+		size += r.Size
+		count += r.Count
 	}
 	if len(members) > 0 {
 		s.applyAndFlush(members)
@@ -172,13 +102,13 @@ func (s *Store) commitGroup(group []*commitReq) {
 // alone and the others are replayed in a fresh transaction; badger's limits
 // are checked in advance, so this is a defence, not a path taken in
 // practice.
-func (s *Store) applyAndFlush(members []*commitReq) {
+func (s *Store) applyAndFlush(members []*groupcommit.Request) {
 	for {
 		failed := s.tryGroup(members)
 		if failed < 0 {
 			return
 		}
-		s.reply(members[failed])
+		members[failed].Reply()
 		members = append(members[:failed:failed], members[failed+1:]...)
 		if len(members) == 0 {
 			return
@@ -189,27 +119,27 @@ func (s *Store) applyAndFlush(members []*commitReq) {
 // tryGroup runs members through one transaction. It returns -1 when every
 // member has been answered, or the index of a member whose writes were
 // refused (its result set); the transaction is then discarded unanswered.
-func (s *Store) tryGroup(members []*commitReq) int {
+func (s *Store) tryGroup(members []*groupcommit.Request) int {
 	txn := s.db.NewTransaction(true)
 	defer txn.Discard()
 	writes := 0
 	for i, r := range members {
-		r.result = nil
-		conflict, err := checkConditions(txn, r.ops, s.conds)
+		r.Result = nil
+		conflict, err := checkConditions(txn, r.Ops, s.conds)
 		if err != nil {
-			r.result = fmt.Errorf("badger: commit not applied: %w", err)
+			r.Result = fmt.Errorf("badger: commit not applied: %w", err)
 			continue
 		}
 		if conflict != nil {
-			r.result = conflict
+			r.Result = conflict
 			continue
 		}
-		if err := applyOps(txn, r.ops); err != nil {
-			r.result = fmt.Errorf("badger: commit not applied: %w", err)
+		if err := applyOps(txn, r.Ops); err != nil {
+			r.Result = fmt.Errorf("badger: commit not applied: %w", err)
 			s.conds.Discard()
 			return i
 		}
-		s.conds.Wrote(r.ops)
+		s.conds.Wrote(r.Ops)
 		writes++
 	}
 	var err error
@@ -220,24 +150,22 @@ func (s *Store) tryGroup(members []*commitReq) int {
 	s.conds.Settle(err == nil)
 	for _, r := range members {
 		switch {
-		case err != nil && (r.result == nil || isConflict(r.result)):
+		case err != nil && (r.Result == nil || isConflict(r.Result)):
 			// A conflict was judged against writes that did not land, so
 			// it is void too; the batch simply was not applied.
-			r.result = commitError(err)
-		case r.result == nil:
+			r.Result = commitError(err)
+		case r.Result == nil:
 			s.stats.batches.Add(1)
-		case isConflict(r.result):
+		case isConflict(r.Result):
 			s.stats.conflicts.Add(1)
 		}
-		s.reply(r)
+		r.Reply()
 	}
 	if err != nil {
 		s.log.Error("group commit failed", "batches", len(members), "err", err)
 	}
 	return -1
 }
-
-func (s *Store) reply(r *commitReq) { r.done <- r.result }
 
 func isConflict(err error) bool {
 	_, ok := kv.AsConflict(err)

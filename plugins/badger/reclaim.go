@@ -11,6 +11,7 @@ import (
 	badgerdb "github.com/dgraph-io/badger/v3"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 // Space reclamation after deletes.
@@ -256,21 +257,13 @@ func (s *Store) reclaimWith(ctx context.Context, flush bool) error {
 	lsm0, vlog0 := s.db.Size()
 
 	if flush {
-		req := &commitReq{done: make(chan error, 1), run: s.flushMemtable}
-		select {
-		case s.reqs <- req:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		// The committer answers once the flush ran; done is buffered, so
-		// giving up here leaves nothing blocked.
-		select {
-		case err := <-req.done:
-			if err != nil {
-				return err
+		req := groupcommit.NewRequest(nil)
+		req.Run = s.flushMemtable
+		if err := s.queue.Submit(ctx, req); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
 			}
-		case <-ctx.Done():
-			return ctx.Err()
+			return err
 		}
 	}
 	flushed := time.Since(start)

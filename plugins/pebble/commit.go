@@ -5,33 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/internal/condcache"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
-
-// Request states. A request is queued until the committer takes it or its
-// caller gives up; exactly one of the two wins the compare-and-swap, so a
-// caller that gave up knows its batch will never be applied.
-const (
-	reqQueued int32 = iota
-	reqTaken
-	reqAbandoned
-)
-
-type commitReq struct {
-	ops   []kv.Op
-	state atomic.Int32
-	// size is the request's keys and values, which bound a group.
-	size int64
-	// result is set by the committer while it owns the request, then sent
-	// on done.
-	result error
-	done   chan error
-}
 
 // Commit applies ops atomically and durably. It returns after the group
 // holding the batch has been fsynced.
@@ -39,9 +19,9 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	if err := kv.ValidateBatch(ops); err != nil {
 		return fmt.Errorf("pebble: commit refused: %w", err)
 	}
-	req := &commitReq{ops: ops, done: make(chan error, 1)}
+	req := groupcommit.NewRequest(ops)
 	for _, op := range ops {
-		req.size += int64(len(op.Key) + len(op.Value))
+		req.Size += int64(len(op.Key) + len(op.Value))
 	}
 
 	s.gate.RLock()
@@ -52,58 +32,7 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pebble: commit not applied: %w", err)
-	}
-	select {
-	case s.reqs <- req:
-	case <-ctx.Done():
-		return fmt.Errorf("pebble: commit not applied: %w", ctx.Err())
-	}
-	select {
-	case err := <-req.done:
-		return err
-	case <-ctx.Done():
-		if req.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			return fmt.Errorf("pebble: commit not applied: %w", ctx.Err())
-		}
-		// The committer has the batch: its outcome is at most one group
-		// write away. Waiting for it spares the caller an ErrUncertain to
-		// resolve, and keeps the caller from reusing op buffers that the
-		// committer is still reading.
-		return <-req.done
-	}
-}
-
-// runCommitter is the only writer. Each loop takes every request queued
-// while the previous group was written and commits them as one group.
-func (s *Store) runCommitter(conds *condcache.Cache) {
-	defer close(s.committerDone)
-	c := &committer{s: s, pending: make(map[string]written), conds: conds}
-	group := make([]*commitReq, 0, maxGroup)
-	for {
-		r, ok := <-s.reqs
-		if !ok {
-			return
-		}
-		group = append(group[:0], r)
-		size := r.size
-	fill:
-		for len(group) < maxGroup && size < maxGroupBytes {
-			select {
-			case r, ok := <-s.reqs:
-				if !ok {
-					break fill // closing: finish this group; the next receive ends the loop
-				}
-				group = append(group, r)
-				size += r.size
-			default:
-				break fill
-			}
-		}
-		c.commitGroup(group)
-		clear(group)
-	}
+	return s.queue.Submit(ctx, req)
 }
 
 // committer is the state of the committer goroutine, which alone uses it.
@@ -114,7 +43,7 @@ type committer struct {
 	// them until the group is applied. Values belong to callers blocked in
 	// Commit until the group is answered.
 	pending map[string]written
-	members []*commitReq
+	members []*groupcommit.Request
 	// conds proves conditions from what the committer last wrote.
 	conds *condcache.Cache
 	// iter reads the put-if-absent conditions of the group being evaluated
@@ -128,29 +57,30 @@ type written struct {
 }
 
 // commitGroup evaluates the requests in order, applies the batches whose
-// conditions hold as one pebble batch, and answers every request.
-func (c *committer) commitGroup(group []*commitReq) {
+// conditions hold as one pebble batch, and answers every request. It is
+// the committer, pebble's only writer (groupcommit.Queue.Run calls it).
+func (c *committer) commitGroup(group []*groupcommit.Request) {
 	s := c.s
 	b := s.db.NewBatch()
 	defer b.Close()
 	clear(c.pending)
 	c.members = c.members[:0]
 	for _, r := range group {
-		if !r.state.CompareAndSwap(reqQueued, reqTaken) {
+		if !r.Take() {
 			continue // its caller gave up before we got to it
 		}
 		c.members = append(c.members, r)
-		conflict, err := c.checkConditions(r.ops)
+		conflict, err := c.checkConditions(r.Ops)
 		switch {
 		case err != nil:
-			r.result = fmt.Errorf("pebble: commit not applied: %w", err)
+			r.Result = fmt.Errorf("pebble: commit not applied: %w", err)
 			continue
 		case conflict != nil:
-			r.result = conflict
+			r.Result = conflict
 			continue
 		}
-		c.conds.Wrote(r.ops)
-		for _, op := range r.ops {
+		c.conds.Wrote(r.Ops)
+		for _, op := range r.Ops {
 			// A batch that is not indexed cannot fail to take an op: Set
 			// and Delete only append to its buffer.
 			if op.Kind == kv.OpDelete || op.Kind == kv.OpCompareAndDelete {
@@ -175,16 +105,16 @@ func (c *committer) commitGroup(group []*commitReq) {
 	c.conds.Settle(err == nil)
 	for _, r := range c.members {
 		switch {
-		case err != nil && (r.result == nil || isConflict(r.result)):
+		case err != nil && (r.Result == nil || isConflict(r.Result)):
 			// A conflict was judged against writes that did not land, so
 			// it is void too; the batch simply was not applied.
-			r.result = fmt.Errorf("pebble: commit not applied: %w", err)
-		case r.result == nil:
+			r.Result = fmt.Errorf("pebble: commit not applied: %w", err)
+		case r.Result == nil:
 			s.stats.batches.Add(1)
-		case isConflict(r.result):
+		case isConflict(r.Result):
 			s.stats.conflicts.Add(1)
 		}
-		r.done <- r.result
+		r.Reply()
 	}
 	if err != nil {
 		s.log.Error("group commit failed", "batches", len(c.members), "err", err)

@@ -54,6 +54,7 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/internal/condcache"
 	"github.com/engramkv/engram/plugins/internal/diskuse"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 // Defaults of Options (DESIGN.md, "The pebble engine").
@@ -85,9 +86,6 @@ const (
 	// the first.
 	maxGroup      = 1024
 	maxGroupBytes = 32 << 20
-	// queueDepth lets committers enqueue while a group is being written,
-	// which is what forms the next group.
-	queueDepth = 4 * maxGroup
 )
 
 // Options configures Open.
@@ -142,8 +140,8 @@ type Store struct {
 	gate   sync.RWMutex
 	closed bool
 
-	reqs          chan *commitReq
-	committerDone chan struct{}
+	// queue carries Commits to the committer (commit.go).
+	queue *groupcommit.Queue
 
 	itersMu sync.Mutex
 	iters   map[*iterator]struct{}
@@ -214,18 +212,18 @@ func Open(opts Options) (*Store, error) {
 		return nil, fmt.Errorf("pebble: open %q: %w", opts.Dir, err)
 	}
 	s := &Store{
-		db:            db,
-		dir:           opts.Dir,
-		log:           logger,
-		reqs:          make(chan *commitReq, queueDepth),
-		committerDone: make(chan struct{}),
-		iters:         make(map[*iterator]struct{}),
+		db:    db,
+		dir:   opts.Dir,
+		log:   logger,
+		queue: groupcommit.NewQueue("pebble", maxGroup, maxGroupBytes),
+		iters: make(map[*iterator]struct{}),
 	}
 	entries := opts.ConditionCacheEntries
 	if entries == 0 {
 		entries = condcache.DefaultEntries
 	}
-	go s.runCommitter(condcache.New(entries))
+	c := &committer{s: s, pending: make(map[string]written), conds: condcache.New(entries)}
+	go s.queue.Run(c.commitGroup)
 	return s, nil
 }
 
@@ -329,8 +327,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	// No Commit holds the gate, so none is queued or waiting: closing the
 	// queue lets the committer finish its last group and exit.
-	close(s.reqs)
-	<-s.committerDone
+	s.queue.Close()
 
 	s.itersMu.Lock()
 	open := make([]*iterator, 0, len(s.iters))

@@ -12,6 +12,7 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
 	"github.com/engramkv/engram/plugins/internal/enginetest"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 func openDisk(t testing.TB, dir string) *Store {
@@ -103,9 +104,9 @@ func TestGroupSemantics(t *testing.T) {
 		{kv.PutIfAbsent([]byte("c"), []byte("x"))},                 // conflicts with batch 1's write
 		{kv.CompareAndSwap([]byte("d"), []byte("d"), []byte("y"))}, // batch 2 did not apply
 	}
-	reqs := make([]*commitReq, len(batches))
+	reqs := make([]*groupcommit.Request, len(batches))
 	for i, ops := range batches {
-		reqs[i] = &commitReq{ops: ops, done: make(chan error, 1)}
+		reqs[i] = groupcommit.NewRequest(ops)
 	}
 	before := s.Stats()
 	c := &committer{s: s, pending: map[string]written{}}
@@ -121,7 +122,7 @@ func TestGroupSemantics(t *testing.T) {
 		exists   bool
 	}{{}, {}, {true, 1, "2", true}, {}, {}, {true, 0, "c", true}, {true, 0, "", false}}
 	for i, r := range reqs {
-		err := <-r.done
+		err := <-r.Done()
 		c, isC := kv.AsConflict(err)
 		switch {
 		case !want[i].conflict && err != nil:
