@@ -3,7 +3,6 @@ package badger
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
@@ -96,46 +95,11 @@ func TestReclaimShrinksDisk(t *testing.T) {
 // TestReclaimWhileCommitting runs a reclamation while commits arrive: the
 // memtable flush happens between two commit groups, so no commit fails.
 func TestReclaimWhileCommitting(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(Options{Dir: dir, GCInterval: -1})
+	s, err := Open(Options{Dir: t.TempDir(), GCInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	enginetest.WriteRevisions(t, s, 0, 5000)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	started := make(chan struct{})
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 200 {
-				if w == 0 && i == 10 {
-					close(started)
-				}
-				k := enginetest.RevKey(w*1000 + i)
-				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(enginetest.RevKey(5000 + w*1000 + i))}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	<-started
-	if err := s.Reclaim(context.Background()); err != nil {
-		t.Errorf("Reclaim: %v", err)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("commit during reclamation: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Reclaim(context.Background()); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
-	}
+	enginetest.ReclaimWhileCommitting(t, s)
 }
 
 // TestReclaimLoopStopsOnClose opens a store with the loop running and

@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
 	"github.com/engramkv/engram/plugins/internal/enginetest"
-	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 func openDisk(t testing.TB, dir string) *Store {
@@ -84,66 +82,12 @@ func TestReopen(t *testing.T) {
 	}
 }
 
-// TestGroupSemantics drives commitGroup directly, so the grouping is
-// deterministic: later batches see earlier ones, a conflicting batch is
-// skipped without disturbing its neighbours, and the group costs one
-// pebble batch.
+// TestGroupSemantics drives commitGroup directly (enginetest.GroupSemantics).
 func TestGroupSemantics(t *testing.T) {
-	ctx := context.Background()
 	s := openDisk(t, t.TempDir())
 	defer s.Close()
-	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("b"), []byte("b0"))}); err != nil {
-		t.Fatal(err)
-	}
-	batches := [][]kv.Op{
-		{kv.PutIfAbsent([]byte("a"), []byte("1"))},
-		{kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("2")), kv.Put([]byte("c"), []byte("c"))},
-		{kv.Put([]byte("d"), []byte("d")), kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("3"))}, // conflicts: a is 2 now
-		{kv.CompareAndDelete([]byte("b"), []byte("b0"))},
-		{kv.PutIfAbsent([]byte("b"), []byte("b1"))},                // b was deleted earlier in the group
-		{kv.PutIfAbsent([]byte("c"), []byte("x"))},                 // conflicts with batch 1's write
-		{kv.CompareAndSwap([]byte("d"), []byte("d"), []byte("y"))}, // batch 2 did not apply
-	}
-	reqs := make([]*groupcommit.Request, len(batches))
-	for i, ops := range batches {
-		reqs[i] = groupcommit.NewRequest(ops)
-	}
-	before := s.Stats()
 	c := &committer{s: s, pending: map[string]written{}}
-	c.commitGroup(reqs)
-	after := s.Stats()
-	if g := after.Groups - before.Groups; g != 1 {
-		t.Errorf("group used %d pebble batches, want 1", g)
-	}
-	want := []struct {
-		conflict bool
-		index    int
-		current  string
-		exists   bool
-	}{{}, {}, {true, 1, "2", true}, {}, {}, {true, 0, "c", true}, {true, 0, "", false}}
-	for i, r := range reqs {
-		err := <-r.Done()
-		c, isC := kv.AsConflict(err)
-		switch {
-		case !want[i].conflict && err != nil:
-			t.Errorf("batch %d: %v, want success", i, err)
-		case want[i].conflict && !isC:
-			t.Errorf("batch %d: %v, want a conflict", i, err)
-		case want[i].conflict && (c.Index != want[i].index || c.Exists != want[i].exists || string(c.Current) != want[i].current):
-			t.Errorf("batch %d: conflict %+v, want index %d exists %v current %q", i, c, want[i].index, want[i].exists, want[i].current)
-		}
-	}
-	if st := s.Stats(); st.Conflicts-before.Conflicts != 3 || st.Batches-before.Batches != 4 {
-		t.Errorf("stats after the group: %+v (before %+v), want 4 batches and 3 conflicts more", st, before)
-	}
-	for k, v := range map[string]string{"a": "2", "b": "b1", "c": "c"} {
-		if got, err := s.Get(ctx, []byte(k)); err != nil || string(got) != v {
-			t.Errorf("Get(%q) = %q, %v; want %q", k, got, err, v)
-		}
-	}
-	if _, err := s.Get(ctx, []byte("d")); !errors.Is(err, kv.ErrNotFound) {
-		t.Errorf("Get(d) = %v; the conflicting batch's Put landed", err)
-	}
+	enginetest.GroupSemantics(t, s, c.commitGroup, func() uint64 { return s.Stats().Groups })
 }
 
 // TestLargeBatch commits one batch as large as a DeleteRange of tens of
@@ -175,32 +119,9 @@ func TestLargeBatch(t *testing.T) {
 // TestConcurrentCommitsShareFsync checks that concurrent committers are
 // grouped: far fewer pebble batches (fsyncs) than batches.
 func TestConcurrentCommitsShareFsync(t *testing.T) {
-	ctx := context.Background()
 	s := openDisk(t, t.TempDir())
 	defer s.Close()
-	const goroutines, per = 32, 20
-	var wg sync.WaitGroup
-	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range per {
-				if err := s.Commit(ctx, []kv.Op{kv.Put(fmt.Appendf(nil, "g/%d/%d", g, i), []byte("v"))}); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	st := s.Stats()
-	t.Logf("%d batches in %d groups", st.Batches, st.Groups)
-	if st.Batches != goroutines*per {
-		t.Errorf("%d batches applied, want %d", st.Batches, goroutines*per)
-	}
-	if st.Groups*2 > st.Batches {
-		t.Errorf("%d batches took %d fsyncs; concurrent commits are not being grouped", st.Batches, st.Groups)
-	}
+	enginetest.CommitsShareFsync(t, s, func() (uint64, uint64) { st := s.Stats(); return st.Batches, st.Groups })
 }
 
 func TestCommitContextCancelled(t *testing.T) {

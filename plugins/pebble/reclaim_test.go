@@ -3,7 +3,6 @@ package pebble
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
@@ -83,44 +82,9 @@ func TestReclaimShrinksDisk(t *testing.T) {
 }
 
 // TestReclaimWhileCommitting runs a reclamation while commits arrive: no
-// commit fails, and Reclaim after Close says so.
+// commit fails.
 func TestReclaimWhileCommitting(t *testing.T) {
-	s := openDisk(t, t.TempDir())
-	enginetest.WriteRevisions(t, s, 0, 5000)
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	started := make(chan struct{})
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 200 {
-				if w == 0 && i == 10 {
-					close(started)
-				}
-				k := enginetest.RevKey(w*1000 + i)
-				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(enginetest.RevKey(5000 + w*1000 + i))}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	<-started
-	if err := s.Reclaim(context.Background()); err != nil {
-		t.Errorf("Reclaim: %v", err)
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Errorf("commit during reclamation: %v", err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Reclaim(context.Background()); !errors.Is(err, kv.ErrClosed) {
-		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
-	}
+	enginetest.ReclaimWhileCommitting(t, openDisk(t, t.TempDir()))
 }
 
 // TestReclaimHonoursContext: a Reclaim whose context is already done does

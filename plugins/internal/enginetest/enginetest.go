@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/groupcommit"
 )
 
 // Benchmark batches mimic one etcd write: ~70-byte keys and 512-byte values.
@@ -152,5 +153,136 @@ func ConditionsAfterWrites(t *testing.T, s kv.Store) {
 	err = s.Commit(ctx, []kv.Op{kv.PutIfAbsent(k, []byte("twice"))})
 	if c, ok := kv.AsConflict(err); !ok || string(c.Current) != "again" {
 		t.Fatalf("put-if-absent on a present key: %v", err)
+	}
+}
+
+// GroupSemantics hands one group of batches straight to an adaptor's
+// committer (commit), so the grouping is deterministic: later batches see
+// earlier ones, a conflicting batch is skipped without disturbing its
+// neighbours, and the group is one engine write (groups counts them).
+func GroupSemantics(t *testing.T, s kv.Store, commit func([]*groupcommit.Request), groups func() uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("b"), []byte("b0"))}); err != nil {
+		t.Fatal(err)
+	}
+	batches := [][]kv.Op{
+		{kv.PutIfAbsent([]byte("a"), []byte("1"))},
+		{kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("2")), kv.Put([]byte("c"), []byte("c"))},
+		{kv.Put([]byte("d"), []byte("d")), kv.CompareAndSwap([]byte("a"), []byte("1"), []byte("3"))}, // conflicts: a is 2 now
+		{kv.CompareAndDelete([]byte("b"), []byte("b0"))},
+		{kv.PutIfAbsent([]byte("b"), []byte("b1"))},                // b was deleted earlier in the group
+		{kv.PutIfAbsent([]byte("c"), []byte("x"))},                 // conflicts with batch 1's write
+		{kv.CompareAndSwap([]byte("d"), []byte("d"), []byte("y"))}, // batch 2 did not apply
+	}
+	reqs := make([]*groupcommit.Request, len(batches))
+	for i, ops := range batches {
+		reqs[i] = groupcommit.NewRequest(ops)
+	}
+	before := groups()
+	commit(reqs)
+	if g := groups() - before; g != 1 {
+		t.Errorf("group took %d engine writes, want 1", g)
+	}
+	want := []struct {
+		conflict bool
+		index    int
+		current  string
+		exists   bool
+	}{{}, {}, {true, 1, "2", true}, {}, {}, {true, 0, "c", true}, {true, 0, "", false}}
+	for i, r := range reqs {
+		err := <-r.Done()
+		c, isC := kv.AsConflict(err)
+		switch {
+		case !want[i].conflict && err != nil:
+			t.Errorf("batch %d: %v, want success", i, err)
+		case want[i].conflict && !isC:
+			t.Errorf("batch %d: %v, want a conflict", i, err)
+		case want[i].conflict && (c.Index != want[i].index || c.Exists != want[i].exists || string(c.Current) != want[i].current):
+			t.Errorf("batch %d: conflict %+v, want index %d exists %v current %q", i, c, want[i].index, want[i].exists, want[i].current)
+		}
+	}
+	for k, v := range map[string]string{"a": "2", "b": "b1", "c": "c"} {
+		if got, err := s.Get(ctx, []byte(k)); err != nil || string(got) != v {
+			t.Errorf("Get(%q) = %q, %v; want %q", k, got, err, v)
+		}
+	}
+	if _, err := s.Get(ctx, []byte("d")); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("Get(d) = %v; the conflicting batch's Put landed", err)
+	}
+}
+
+// CommitsShareFsync commits from many goroutines at once and checks, with
+// the adaptor's counters (stats: batches applied, engine writes), that they
+// were grouped: far fewer writes, each one fsync, than batches.
+func CommitsShareFsync(t *testing.T, s kv.Store, stats func() (batches, groups uint64)) {
+	t.Helper()
+	ctx := context.Background()
+	const goroutines, per = 32, 20
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range per {
+				if err := s.Commit(ctx, []kv.Op{kv.Put(fmt.Appendf(nil, "g/%d/%d", g, i), []byte("v"))}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	batches, groups := stats()
+	t.Logf("%d batches in %d groups", batches, groups)
+	if batches != goroutines*per {
+		t.Errorf("%d batches applied, want %d", batches, goroutines*per)
+	}
+	if groups*2 > batches {
+		t.Errorf("%d batches took %d fsyncs; concurrent commits are not being grouped", batches, groups)
+	}
+}
+
+// ReclaimWhileCommitting runs a reclamation while commits arrive: no commit
+// fails. It closes s and checks that Reclaim then says so.
+func ReclaimWhileCommitting(t *testing.T, s interface {
+	kv.Store
+	kv.Reclaimer
+}) {
+	t.Helper()
+	WriteRevisions(t, s, 0, 5000)
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	started := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				if w == 0 && i == 10 {
+					close(started)
+				}
+				k := RevKey(w*1000 + i)
+				if err := s.Commit(context.Background(), []kv.Op{kv.Put(k, []byte("v")), kv.Delete(RevKey(5000 + w*1000 + i))}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	<-started
+	if err := s.Reclaim(context.Background()); err != nil {
+		t.Errorf("Reclaim: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("commit during reclamation: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Reclaim(context.Background()); !errors.Is(err, kv.ErrClosed) {
+		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
 	}
 }
