@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,5 +44,30 @@ func TestOpenStoreTiKV(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("openStore took %v to give up; dial-timeout is 300ms", d)
+	}
+}
+
+// TestOpenStorePebble opens storage.engine=pebble in <data-dir>/pebble with
+// storage.pebble.*, and a second process's open of the same directory fails
+// naming the engine.
+func TestOpenStorePebble(t *testing.T) {
+	cfg := config.Default()
+	cfg.Storage.Engine = config.EnginePebble
+	cfg.DataDir = t.TempDir()
+	cfg.Storage.Pebble.Compression = "snappy"
+	logger := slog.New(slog.DiscardHandler)
+	st, err := openStore(context.Background(), cfg, logger, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if f := st.Features(); f.Name != "pebble" || !f.Durable {
+		t.Errorf("features %+v, want a durable pebble store", f)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.DataDir, "pebble", "LOCK")); err != nil {
+		t.Errorf("no pebble files in <data-dir>/pebble: %v", err)
+	}
+	if _, err := openStore(context.Background(), cfg, logger, nil); err == nil || !strings.Contains(err.Error(), "storage.engine=pebble") {
+		t.Errorf("second open of the directory: %v, want an error naming the engine", err)
 	}
 }
