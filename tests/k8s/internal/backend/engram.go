@@ -14,13 +14,14 @@ import (
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/host"
 	"github.com/engramkv/engram/plugins/badger"
+	"github.com/engramkv/engram/plugins/pebble"
 )
 
 const backendName = "engram"
 
 // BackendEnv selects Engram's storage engine for the suite: empty for the
 // built-in in-memory store, "badger" for the default embedded engine on
-// disk, "wasm-memkv" for the memkv.wasm test plugin run
+// disk, "pebble" for the other embedded engine on disk, "wasm-memkv" for the memkv.wasm test plugin run
 // by the wasm host (its path in WasmEnv), so the whole suite also checks
 // Engram on a WebAssembly storage plugin, "wasm-postgres" for postgres.wasm
 // (its path in WasmEnv) on a throwaway PostgreSQL with a table per test
@@ -71,8 +72,19 @@ func startServer(t testing.TB) string {
 			}
 		})
 		opts.Store = st
+	case "pebble":
+		st, err := pebble.Open(pebble.Options{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatalf("opening pebble: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
+				t.Errorf("closing pebble: %v", err)
+			}
+		})
+		opts.Store = st
 	default:
-		t.Fatalf("%s=%q: unknown backend (want empty, badger, wasm-memkv, wasm-postgres, wasm-mysql, tikv or migrated)", BackendEnv, b)
+		t.Fatalf("%s=%q: unknown backend (want empty, badger, pebble, wasm-memkv, wasm-postgres, wasm-mysql, tikv or migrated)", BackendEnv, b)
 	}
 	return servertest.Start(t, opts).Endpoint
 }
