@@ -14,9 +14,10 @@
 // (DESIGN.md, "Watch").
 //
 // Invariants:
-//   - The tail holds every event with revision in [tailStart, head], at
-//     least TailEvents of them once that many were written, and at most
-//     twice that.
+//   - The tail holds every event with revision in [tailStart, head]: once
+//     trimmed, the newest whole revisions within TailEvents events and
+//     TailBytes bytes (keys and values, previous values included), and it
+//     grows to at most about twice either bound before the next trim.
 //   - A watcher's cursor only moves forward; everything below it that matches
 //     the watcher was handed to its sink, in revision order.
 //   - A progress notification with revision R is sent only when every event
@@ -57,6 +58,11 @@ type Source interface {
 type Options struct {
 	// TailEvents is how many recent events stay in memory.
 	TailEvents int
+	// TailBytes bounds the keys and values (previous values included) the
+	// tail keeps: kube-apiserver's objects are a few KiB each, and 16,384
+	// events of them held most of a small cluster's heap (DESIGN.md,
+	// "Watch"). 0 means 8 MiB.
+	TailBytes int64
 	// BatchEvents bounds the events in one response to a watcher.
 	BatchEvents int
 	// ProgressInterval is the period of progress notifications for watchers
@@ -82,6 +88,7 @@ type Hub struct {
 
 	mu        sync.RWMutex
 	tail      []*mvccpb.Event
+	tailBytes int64 // eventBytes of the tail's events
 	tailStart int64 // lowest revision fully held in tail
 	head      int64
 	changed   chan struct{} // closed and replaced on every Notify
@@ -98,6 +105,9 @@ type Hub struct {
 func NewHub(src Source, opts Options) *Hub {
 	if opts.TailEvents <= 0 {
 		opts.TailEvents = 16 << 10
+	}
+	if opts.TailBytes <= 0 {
+		opts.TailBytes = 8 << 20
 	}
 	if opts.BatchEvents <= 0 {
 		opts.BatchEvents = 1000
@@ -121,15 +131,28 @@ func NewHub(src Source, opts Options) *Hub {
 func (h *Hub) Notify(head int64, events []*mvccpb.Event) {
 	h.mu.Lock()
 	h.tail = append(h.tail, events...)
-	// Trim only once the tail holds twice its bound, back down to the
-	// bound: each trim copies the tail, so trimming on every Notify would
+	for _, ev := range events {
+		h.tailBytes += eventBytes(ev)
+	}
+	// Trim only once the tail holds twice a bound, back down to both
+	// bounds: each trim copies the tail, so trimming on every Notify would
 	// cost O(tail) per write; this way it is O(1) amortized.
-	if over := len(h.tail) - h.opts.TailEvents; over > h.opts.TailEvents {
-		// Drop whole revisions from the front.
-		cut := over
-		for cut < len(h.tail) && h.tail[cut].Kv.ModRevision == h.tail[cut-1].Kv.ModRevision {
+	if len(h.tail) > 2*h.opts.TailEvents || h.tailBytes > 2*h.opts.TailBytes {
+		cut := max(len(h.tail)-h.opts.TailEvents, 0)
+		var dropped int64
+		for _, ev := range h.tail[:cut] {
+			dropped += eventBytes(ev)
+		}
+		for cut < len(h.tail) && h.tailBytes-dropped > h.opts.TailBytes {
+			dropped += eventBytes(h.tail[cut])
 			cut++
 		}
+		// Drop whole revisions from the front.
+		for cut > 0 && cut < len(h.tail) && h.tail[cut].Kv.ModRevision == h.tail[cut-1].Kv.ModRevision {
+			dropped += eventBytes(h.tail[cut])
+			cut++
+		}
+		h.tailBytes -= dropped
 		if cut < len(h.tail) {
 			h.tailStart = h.tail[cut].Kv.ModRevision
 		} else {
@@ -455,4 +478,17 @@ func (w *Watcher) filter(events []*mvccpb.Event, compacted int64) []*mvccpb.Even
 		out = append(out, ev)
 	}
 	return out
+}
+
+// eventOverhead approximates what an event costs beyond its keys and values
+// (the event, its key-values, slice headers).
+const eventOverhead = 160
+
+// eventBytes is what an event in the tail holds.
+func eventBytes(ev *mvccpb.Event) int64 {
+	n := eventOverhead + len(ev.Kv.Key) + len(ev.Kv.Value)
+	if ev.PrevKv != nil {
+		n += len(ev.PrevKv.Key) + len(ev.PrevKv.Value)
+	}
+	return int64(n)
 }

@@ -417,3 +417,50 @@ func TestLiveWatcherGetsOneResponsePerRevision(t *testing.T) {
 		src.mu.Unlock()
 	}
 }
+
+// TestTailBoundedByBytes: events of large objects are kept by bytes, not by
+// count, and a watcher from below the tail still gets every event once, in
+// order, from history.
+func TestTailBoundedByBytes(t *testing.T) {
+	src := &fakeSource{rev: 1}
+	const budget = 16 << 10
+	h := newHub(t, src, Options{TailEvents: 1000, TailBytes: budget, BatchEvents: 7})
+	value := make([]byte, 1<<10)
+	for range 200 {
+		src.mu.Lock()
+		src.rev++
+		ev := &mvccpb.Event{Type: mvccpb.PUT,
+			Kv:     &mvccpb.KeyValue{Key: []byte("k"), Value: value, ModRevision: src.rev, CreateRevision: 2, Version: src.rev - 1},
+			PrevKv: &mvccpb.KeyValue{Key: []byte("k"), Value: value, ModRevision: src.rev - 1}}
+		src.events = append(src.events, ev)
+		rev := src.rev
+		src.mu.Unlock()
+		h.Notify(rev, []*mvccpb.Event{ev})
+
+		h.mu.RLock()
+		n, bytes := len(h.tail), h.tailBytes
+		var sum int64
+		for _, ev := range h.tail {
+			sum += eventBytes(ev)
+		}
+		h.mu.RUnlock()
+		if bytes != sum {
+			t.Fatalf("tail accounts %d bytes, holds %d", bytes, sum)
+		}
+		if bytes > 2*budget+eventBytes(ev) || n > 40 {
+			t.Fatalf("tail of %d events, %d bytes, over twice its %d-byte bound", n, bytes, budget)
+		}
+	}
+	c := &collector{}
+	w, err := h.Watch(context.Background(), Request{Key: []byte("k"), StartRevision: 2}, c.sink, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	c.waitUntil(t, "200 events", func(resps []Response) bool { return events(resps) >= 200 })
+	for i, r := range c.revs() {
+		if r != int64(i)+2 {
+			t.Fatalf("event %d at revision %d", i, r)
+		}
+	}
+}
