@@ -205,60 +205,13 @@ func TestSizeReportsDiskUse(t *testing.T) {
 	}
 }
 
-// TestScanVersionsAndDeletes checks the forward scan's own version handling
-// (it sees every version and tombstone badger still holds): overwritten keys
-// appear once with their latest value, deleted keys not at all, a key
-// deleted and written again with its new value, and a snapshot keeps
-// answering as of when it was taken.
+// TestScanVersionsAndDeletes checks what a scan sees over the engine's versions and
+// tombstones, and that it answers as of when it was opened
+// (enginetest.ScanSnapshotAndDeletes).
 func TestScanVersionsAndDeletes(t *testing.T) {
-	ctx := context.Background()
 	s := openDisk(t, t.TempDir())
 	defer s.Close()
-	commit := func(ops ...kv.Op) {
-		t.Helper()
-		if err := s.Commit(ctx, ops); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 6 {
-		commit(kv.Put(fmt.Appendf(nil, "k%d", i), []byte("v0")))
-	}
-	for v := 1; v <= 3; v++ {
-		commit(kv.Put([]byte("k1"), fmt.Appendf(nil, "v%d", v)))
-	}
-	commit(kv.Delete([]byte("k2")))
-	commit(kv.Delete([]byte("k3")))
-	commit(kv.Put([]byte("k3"), []byte("again")))
-	commit(kv.Delete([]byte("k5")))
-
-	want := "k0=v0 k1=v3 k3=again k4=v0"
-	snap, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), BatchSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Close()
-	// Changes after the snapshot was taken must not show in it.
-	commit(kv.Delete([]byte("k0")), kv.Put([]byte("k1"), []byte("later")), kv.Put([]byte("k2"), []byte("back")))
-
-	if got := enginetest.Drain(t, snap); got != want {
-		t.Errorf("snapshot scan = %q, want %q", got, want)
-	}
-	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k1"), End: []byte("k4")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	if got, want := enginetest.Drain(t, it), "k1=later k2=back k3=again"; got != want {
-		t.Errorf("scan after changes = %q, want %q", got, want)
-	}
-	it, err = s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Limit: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	if got, want := enginetest.Drain(t, it), "k1=later k2=back"; got != want {
-		t.Errorf("scan with limit = %q, want %q", got, want)
-	}
+	enginetest.ScanSnapshotAndDeletes(t, s)
 }
 
 // TestCompressionChangesOnReopen writes tables under each compression and

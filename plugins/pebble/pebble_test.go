@@ -163,67 +163,13 @@ func TestSizeReportsDiskUse(t *testing.T) {
 	}
 }
 
-// TestScanSnapshotAndDeletes checks that overwritten keys appear once with
-// their latest value, deleted keys not at all, a key deleted and written
-// again with its new value, and that a scan keeps answering as of when it
-// was opened.
+// TestScanSnapshotAndDeletes checks what a scan sees over the engine's versions and
+// tombstones, and that it answers as of when it was opened
+// (enginetest.ScanSnapshotAndDeletes).
 func TestScanSnapshotAndDeletes(t *testing.T) {
-	ctx := context.Background()
 	s := openDisk(t, t.TempDir())
 	defer s.Close()
-	commit := func(ops ...kv.Op) {
-		t.Helper()
-		if err := s.Commit(ctx, ops); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range 6 {
-		commit(kv.Put(fmt.Appendf(nil, "k%d", i), []byte("v0")))
-	}
-	for v := 1; v <= 3; v++ {
-		commit(kv.Put([]byte("k1"), fmt.Appendf(nil, "v%d", v)))
-	}
-	commit(kv.Delete([]byte("k2")))
-	commit(kv.Delete([]byte("k3")))
-	commit(kv.Put([]byte("k3"), []byte("again")))
-	commit(kv.Delete([]byte("k5")))
-
-	want := "k0=v0 k1=v3 k3=again k4=v0"
-	snap, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), BatchSize: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Close()
-	rev, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Reverse: true, BatchSize: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rev.Close()
-	// Changes after the snapshot was taken must not show in it.
-	commit(kv.Delete([]byte("k0")), kv.Put([]byte("k1"), []byte("later")), kv.Put([]byte("k2"), []byte("back")))
-
-	if got := enginetest.Drain(t, snap); got != want {
-		t.Errorf("snapshot scan = %q, want %q", got, want)
-	}
-	if got, want := enginetest.Drain(t, rev), "k4=v0 k3=again k1=v3 k0=v0"; got != want {
-		t.Errorf("reverse snapshot scan = %q, want %q", got, want)
-	}
-	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k1"), End: []byte("k4")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	if got, want := enginetest.Drain(t, it), "k1=later k2=back k3=again"; got != want {
-		t.Errorf("scan after changes = %q, want %q", got, want)
-	}
-	it, err = s.Scan(ctx, kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Limit: 2, ValuePrefix: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	if got := enginetest.Drain(t, it); got != "k1=l k2=b" && got != "k1=later k2=back" {
-		t.Errorf("scan with limit and value prefix = %q, want k1 and k2 with (a prefix of) their values", got)
-	}
+	enginetest.ScanSnapshotAndDeletes(t, s)
 }
 
 // TestCloseReleasesIterators: an iterator left open does not keep Close

@@ -286,3 +286,147 @@ func ReclaimWhileCommitting(t *testing.T, s interface {
 		t.Errorf("Reclaim after Close: %v, want ErrClosed", err)
 	}
 }
+
+// ScanSnapshotAndDeletes checks what a scan sees over an engine's versions
+// and tombstones: overwritten keys once with their latest value, deleted
+// keys not at all, a key deleted and written again with its new value, in
+// either direction; and a scan answers as of when it was opened.
+func ScanSnapshotAndDeletes(t *testing.T, s kv.Store) {
+	t.Helper()
+	ctx := context.Background()
+	commit := func(ops ...kv.Op) {
+		t.Helper()
+		if err := s.Commit(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scan := func(o kv.ScanOptions) kv.Iterator {
+		t.Helper()
+		it, err := s.Scan(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = it.Close() })
+		return it
+	}
+	for i := range 6 {
+		commit(kv.Put(fmt.Appendf(nil, "k%d", i), []byte("v0")))
+	}
+	for v := 1; v <= 3; v++ {
+		commit(kv.Put([]byte("k1"), fmt.Appendf(nil, "v%d", v)))
+	}
+	commit(kv.Delete([]byte("k2")))
+	commit(kv.Delete([]byte("k3")))
+	commit(kv.Put([]byte("k3"), []byte("again")))
+	commit(kv.Delete([]byte("k5")))
+
+	snap := scan(kv.ScanOptions{Start: []byte("k"), End: []byte("l"), BatchSize: 1})
+	rev := scan(kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Reverse: true, BatchSize: 2})
+	// Changes after the scans were opened must not show in them.
+	commit(kv.Delete([]byte("k0")), kv.Put([]byte("k1"), []byte("later")), kv.Put([]byte("k2"), []byte("back")))
+
+	if got, want := Drain(t, snap), "k0=v0 k1=v3 k3=again k4=v0"; got != want {
+		t.Errorf("snapshot scan = %q, want %q", got, want)
+	}
+	if got, want := Drain(t, rev), "k4=v0 k3=again k1=v3 k0=v0"; got != want {
+		t.Errorf("reverse snapshot scan = %q, want %q", got, want)
+	}
+	if got, want := Drain(t, scan(kv.ScanOptions{Start: []byte("k1"), End: []byte("k4")})), "k1=later k2=back k3=again"; got != want {
+		t.Errorf("scan after changes = %q, want %q", got, want)
+	}
+	if got, want := Drain(t, scan(kv.ScanOptions{Start: []byte("k"), End: []byte("l"), Limit: 2})), "k1=later k2=back"; got != want {
+		t.Errorf("scan with limit = %q, want %q", got, want)
+	}
+}
+
+// BenchCommit measures durable commits of 3-op batches, one etcd write's
+// worth (a PutIfAbsent, a Put of a pre-existing key and a small Put), from
+// 1 and 64 committers on stores open makes; stats returns the adaptor's
+// batches applied and engine writes, whose ratio is reported as the
+// group-commit factor, batches/fsync.
+func BenchCommit(b *testing.B, open func(b *testing.B) kv.Store, stats func(kv.Store) (batches, groups uint64)) {
+	for _, n := range []int{1, 64} {
+		b.Run(fmt.Sprintf("committers=%d", n), func(b *testing.B) {
+			s := open(b)
+			ctx := context.Background()
+			val := make([]byte, BenchValLen)
+			// One CAS target per committer slot keeps the CAS uncontended;
+			// contention is not what this measures.
+			for i := int64(0); i < 1024; i++ {
+				if err := s.Commit(ctx, []kv.Op{kv.Put(BenchKey("cas", i), val)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			batches0, groups0 := stats(s)
+			RunCommitters(b, n, func(seq int64) error {
+				return s.Commit(ctx, []kv.Op{
+					kv.PutIfAbsent(BenchKey("new", seq), val),
+					// Only sequence numbers congruent modulo 1024 share a
+					// key, and they are 1024 commits apart.
+					kv.Put(BenchKey("cas", seq%1024), val),
+					kv.Put(BenchKey("side", seq), val[:64]),
+				})
+			})
+			batches, groups := stats(s)
+			if g := groups - groups0; g > 0 {
+				b.ReportMetric(float64(batches-batches0)/float64(g), "batches/fsync")
+			}
+		})
+	}
+}
+
+// BenchGet reads 4,096 of 100,000 keys in parallel.
+func BenchGet(b *testing.B, s kv.Store) {
+	ctx := context.Background()
+	const n = 100_000
+	val := make([]byte, BenchValLen)
+	CommitEach(b, s, n, func(i int64) kv.Op { return kv.Put(BenchKey("get", i), val) })
+	keys := make([][]byte, 4096)
+	for i := range keys {
+		keys[i] = BenchKey("get", int64(i)*7919%n)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			if _, err := s.Get(ctx, keys[i%len(keys)]); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+// BenchScanBeforeDeletedRun scans 10 live keys that sort just before
+// 50,000 deleted ones, as a list of one resource next to a resource that was
+// just deleted, or compaction reading one key's history next to compacted
+// history. The cost must stay that of 10 keys, not of the deleted run.
+func BenchScanBeforeDeletedRun(b *testing.B, s kv.Store) {
+	ctx := context.Background()
+	val := make([]byte, BenchValLen)
+	const deleted = 50_000
+	CommitEach(b, s, deleted, func(i int64) kv.Op { return kv.Put(BenchKey("pods", i), val) })
+	CommitEach(b, s, deleted, func(i int64) kv.Op { return kv.Delete(BenchKey("pods", i)) })
+	var ops []kv.Op
+	for i := int64(0); i < 10; i++ {
+		ops = append(ops, kv.Put(BenchKey("nodes", i), val))
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("/registry/nodes/"), End: []byte("/registry/nodes0")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch, err := it.Next(ctx)
+		if err != nil || len(batch) != 10 {
+			b.Fatalf("scan = %d pairs, %v; want 10", len(batch), err)
+		}
+		it.Close()
+	}
+}
