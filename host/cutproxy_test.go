@@ -10,8 +10,8 @@ import (
 
 // cutProxy forwards TCP connections to a database server and, once armed,
 // cuts the connection whose client sends a given byte string: either just
-// before forwarding it, or just after (so the server acts on it but its
-// answer never arrives). The PostgreSQL and MySQL adaptors' tests cut
+// before forwarding it, or once the server has answered it (so the server
+// has acted on it but its answer never arrives). The PostgreSQL and MySQL adaptors' tests cut
 // commits with it.
 type cutProxy struct {
 	addr   string
@@ -49,13 +49,16 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 				continue
 			}
 			// mute is set before a cut-after chunk is forwarded: the
-			// server's answer to it comes later and must not reach the
-			// client (on loopback it would otherwise often win the race
-			// with the close).
+			// server's answer to it must not reach the client. The cut
+			// itself waits for that answer, so the server has acted on
+			// the chunk (committed) before the client sees its connection
+			// fail; cutting at once would race the client's next
+			// statement on a new connection against the server's commit.
 			var mute atomic.Bool
 			wg.Add(2)
-			go func() { // server to client
+			go func() { // server to client; closes both ends
 				defer wg.Done()
+				defer s.Close()
 				defer c.Close()
 				buf := make([]byte, 64<<10)
 				for {
@@ -75,27 +78,29 @@ func startCutProxy(t *testing.T, target string) *cutProxy {
 			}()
 			go func() { // client to server, watching for the match
 				defer wg.Done()
-				defer s.Close()
-				defer c.Close()
 				buf := make([]byte, 64<<10)
 				for {
 					n, err := c.Read(buf)
 					if n > 0 {
 						cut, after := p.check(buf[:n])
 						if cut && !after {
+							_ = s.Close()
+							_ = c.Close()
 							return
 						}
 						if cut {
 							mute.Store(true)
 						}
 						if _, werr := s.Write(buf[:n]); werr != nil {
+							_ = s.Close()
 							return
 						}
 						if cut {
-							return
+							return // the other side cuts once the answer arrives
 						}
 					}
 					if err != nil {
+						_ = s.Close()
 						return
 					}
 				}
