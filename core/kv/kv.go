@@ -65,6 +65,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Size limits every adaptor must accept. The core never sends more.
@@ -305,10 +306,6 @@ type Sizer interface {
 // Adaptors call it at the start of Commit so a bad batch is refused the same
 // way everywhere.
 func ValidateBatch(ops []Op) error {
-	if len(ops) == 0 {
-		return nil
-	}
-	seen := make(map[string]struct{}, len(ops))
 	for i, op := range ops {
 		if op.Kind < OpPut || op.Kind > OpCompareAndDelete {
 			return fmt.Errorf("kv: op %d: unknown kind %d", i, op.Kind)
@@ -322,10 +319,47 @@ func ValidateBatch(ops []Op) error {
 		if len(op.Value) > MaxValueSize {
 			return fmt.Errorf("kv: op %d: value of %d bytes exceeds %d", i, len(op.Value), MaxValueSize)
 		}
-		if _, dup := seen[string(op.Key)]; dup {
-			return fmt.Errorf("kv: op %d: key %q appears twice in one batch", i, op.Key)
+	}
+	return checkDistinctKeys(ops)
+}
+
+// pairwiseKeysUpTo is the batch size up to which checkDistinctKeys compares
+// keys pairwise: most batches are one request's few writes, where that is
+// cheaper than sorting and allocates nothing; a group commit's batch of
+// hundreds of keys is sorted.
+const pairwiseKeysUpTo = 16
+
+// checkDistinctKeys refuses a batch that names a key twice. It runs on
+// every commit of every engine, so it copies no key: a map of the keys
+// allocated a string per op.
+func checkDistinctKeys(ops []Op) error {
+	dup := func(i, j int) error {
+		return fmt.Errorf("kv: op %d: key %q appears twice in one batch", max(i, j), ops[i].Key)
+	}
+	if len(ops) <= pairwiseKeysUpTo {
+		for j := 1; j < len(ops); j++ {
+			for i := 0; i < j; i++ {
+				if bytes.Equal(ops[i].Key, ops[j].Key) {
+					return dup(i, j)
+				}
+			}
 		}
-		seen[string(op.Key)] = struct{}{}
+		return nil
+	}
+	idx := make([]int, len(ops))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := bytes.Compare(ops[a].Key, ops[b].Key); c != 0 {
+			return c
+		}
+		return a - b
+	})
+	for k := 1; k < len(idx); k++ {
+		if bytes.Equal(ops[idx[k-1]].Key, ops[idx[k]].Key) {
+			return dup(idx[k-1], idx[k])
+		}
 	}
 	return nil
 }
