@@ -58,6 +58,10 @@ func TestWriteReport(t *testing.T) {
 		},
 		versions: map[string]string{},
 		started:  time.Now(),
+		goBenchOut: "BenchmarkRequests/bare/put-2     \t    2000\t     36671 ns/op\t     19170 server-cpu-ns/op\t    4855 B/op\t      55 allocs/op\n" +
+			"BenchmarkRequests/bare/create-2  \t    2000\t     55945 ns/op\t     23578 server-cpu-ns/op\t    5327 B/op\t      63 allocs/op\n" +
+			"BenchmarkRequests/full/put-2     \t    2000\t     59266 ns/op\t     43025 server-cpu-ns/op\t   19224 B/op\t     101 allocs/op\n" +
+			"BenchmarkRequests/full/create-2  \t    2000\t     72000 ns/op\t     41678 server-cpu-ns/op\t   21735 B/op\t     105 allocs/op\n",
 		p:        params{repeats: 1, rssObjects: 1000, watchers: 10, duration: time.Second},
 		outMD:    filepath.Join(dir, "B.md"),
 		outChart: filepath.Join(dir, "results", "chart.png"),
@@ -88,7 +92,15 @@ func TestWriteReport(t *testing.T) {
 		"| create / ceiling | ≥ 0.80 | 0.88× (etcd 0.50×, engram-memkv –) | met |",
 		"| update / ceiling | ≥ 0.90 | – (etcd –, engram-memkv –) | not measured |",
 		"| memkv.wasm / native memkv, every workload | ≥ 0.85 | – | not measured |",
-		"RSS after 1000 objects | ≤ etcd's | 100 MiB vs etcd 200 MiB (0.50×; anonymous 0 MiB vs 0 MiB) | met",
+		"RSS after 1000 objects, engram-badger | ≤ etcd's | 100 MiB vs etcd 200 MiB (0.50×; anonymous 0 MiB vs 0 MiB) | met",
+		"| create / etcd | ≥ 1.5× | 1.75× | met |",
+		"| get / etcd | ≥ 1.5× | 1.50× | met |",
+		"| update / etcd | ≥ 1.5× | – | not measured |",
+		"| writer's serial time per create | ≤ 5 µs | – µs (one writer allows – creates/s) | not measured |",
+		"| Engram's allocations per create (full server − bare gRPC) | ≤ ½ of 1869dae's 85 | 42 (105 − 63; -51%) | met |",
+		"| Engram's allocations per put (full server − bare gRPC) | ≤ ½ of 1869dae's 84 | 46 (101 − 55; -45%) | **not met** |",
+		"| Engram's allocations per get (full server − bare gRPC) | ≤ ½ of 1869dae's 36 | – | not measured |",
+		"| small cluster, RSS and disk / etcd's | ≤ 1.5× | – | not measured |",
 		"*Not run: no plugin.*",
 		"](results/chart.png)",
 		"etcd --x",
