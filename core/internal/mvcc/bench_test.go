@@ -265,13 +265,15 @@ func BenchmarkWriterSerial(b *testing.B) {
 				// a client's goroutine does.
 				for _, t := range txns {
 					r := be.txnRequest(ctx, t, false)
-					r.ctx, r.done = ctx, make(chan result, 1)
+					r.ctx, r.done = ctx, make(chan struct{}, 1)
 					be.reqs <- r
 					done <- r
 				}
 			}()
 			for range txns {
-				if res := <-(<-done).done; res.err != nil || !res.txn.Succeeded {
+				r := <-done
+				<-r.done
+				if res := r.res; res.err != nil || !res.txn.Succeeded {
 					b.Fatal(res.err)
 				}
 			}

@@ -57,7 +57,7 @@ func TestTxnRangeAtRevisionInGroup(t *testing.T) {
 	b.w.p.hold(true)
 	for i, txn := range txns {
 		reqs[i] = b.txnRequest(context.Background(), txn, false)
-		reqs[i].ctx, reqs[i].done = context.Background(), make(chan result, 1)
+		reqs[i].ctx, reqs[i].done = context.Background(), make(chan struct{}, 1)
 		b.reqs <- reqs[i]
 	}
 	for len(b.reqs) > 0 {
@@ -66,7 +66,8 @@ func TestTxnRangeAtRevisionInGroup(t *testing.T) {
 	b.w.p.hold(false)
 	var last result
 	for _, r := range reqs {
-		last = <-r.done
+		<-r.done
+		last = r.res
 		if last.err != nil {
 			t.Fatal(last.err)
 		}

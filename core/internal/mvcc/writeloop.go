@@ -62,7 +62,10 @@ type request struct {
 	// txnSize is size() of a transaction.
 	txnSize int
 
-	done chan result
+	// done carries one value when res is set: a channel of struct{} is
+	// one allocation, a buffered channel of result two.
+	done chan struct{}
+	res  result
 }
 
 type result struct {
@@ -98,7 +101,7 @@ func (b *Backend) submit(ctx context.Context, r *request) (result, error) {
 		return result{}, ErrClosed
 	}
 	r.ctx = ctx
-	r.done = make(chan result, 1)
+	r.done = make(chan struct{}, 1)
 	select {
 	case b.reqs <- r:
 	case <-ctx.Done():
@@ -107,8 +110,8 @@ func (b *Backend) submit(ctx context.Context, r *request) (result, error) {
 		return result{}, ErrClosed
 	}
 	select {
-	case res := <-r.done:
-		return res, res.err
+	case <-r.done:
+		return r.res, r.res.err
 	case <-ctx.Done():
 		// The write may still commit, exactly as with etcd when a client
 		// gives up on an in-flight request.
@@ -415,8 +418,14 @@ func (g *group) answer() {
 			h.Revision = g.results[i].rev
 			g.results[i].txn.Header = h
 		}
-		r.done <- g.results[i]
+		r.answer(g.results[i])
 	}
+}
+
+// answer gives r its result; exactly once, from the committer.
+func (r *request) answer(res result) {
+	r.res = res
+	r.done <- struct{}{}
 }
 
 // fail answers every request of a group that could not be committed: the
@@ -426,7 +435,7 @@ func (g *group) fail(err error) {
 		if g.live[i] || g.results[i].err == nil {
 			g.results[i] = result{err: err}
 		}
-		r.done <- g.results[i]
+		r.answer(g.results[i])
 	}
 }
 
