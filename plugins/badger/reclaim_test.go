@@ -139,3 +139,69 @@ func TestFlushedThrough(t *testing.T) {
 		t.Error("writes not reported as flushed after a forced flush")
 	}
 }
+
+// TestReclaimChecks drives the loop's decision check by check: a burst of
+// deletes is waited out, a long one is reclaimed in its middle, and the
+// rest of that burst gets a pass of its own once it stops, even when the
+// size rule alone would not grant it.
+func TestReclaimChecks(t *testing.T) {
+	var c reclaimChecks
+	sizeRule := false
+	due := func(int64) bool { return sizeRule }
+	var deletes, pending int64
+	var batches uint64
+	step := func(newDeletes int64) (run bool) {
+		deletes += newDeletes
+		batches++
+		run, busy := c.check(deletes, batches, pending, due)
+		if !busy {
+			t.Fatalf("a check after a batch saw no writes")
+		}
+		if run {
+			pending = deletes // what reclaimWith records when it starts
+			c.reclaimed()
+		}
+		return run
+	}
+
+	// Nothing due: no reclamation, burst or not.
+	if step(0) || step(5) {
+		t.Fatal("reclaimed with nothing due")
+	}
+	// Due, but deletes still arriving: waited out for reclaimMaxBurst
+	// checks, then reclaimed in the middle of the burst.
+	sizeRule = true
+	c.bursting = 0
+	for i := 1; i < reclaimMaxBurst; i++ {
+		if step(reclaimMinDeletes) {
+			t.Fatalf("reclaimed at check %d of a burst, want to wait %d", i, reclaimMaxBurst)
+		}
+	}
+	if !step(reclaimMinDeletes) {
+		t.Fatal("a burst longer than reclaimMaxBurst checks was not reclaimed")
+	}
+	// The burst goes on, then stops; its later deletes are a small share
+	// of the tree (the size rule says no), but they get their pass.
+	sizeRule = false
+	step(reclaimMinDeletes / 2)
+	step(reclaimMinDeletes / 2)
+	if !step(0) {
+		t.Fatal("the rest of a burst reclaimed mid-way got no pass once it stopped")
+	}
+	// That pass ran with the burst over: nothing more is owed.
+	step(reclaimMinDeletes)
+	if step(0) || step(0) {
+		t.Fatal("a pass after the end of a burst was followed by another on the count alone")
+	}
+	// Fewer than reclaimMinDeletes after a mid-burst pass: not worth one.
+	sizeRule = true
+	c.bursting = reclaimMaxBurst
+	if !step(reclaimMinDeletes) {
+		t.Fatal("a due pass in a long burst did not run")
+	}
+	sizeRule = false
+	step(reclaimMinDeletes - 1)
+	if step(0) {
+		t.Fatal("a burst's rest below reclaimMinDeletes got a pass")
+	}
+}
