@@ -393,18 +393,7 @@ func (h *harness) writeChurn(b *strings.Builder) {
 		}
 	}
 	w(" kube-apiserver's compactor only records a revision in its first round, so a run of two intervals compacts at most once, at its very end, and may end first; the compaction at the end then removes the whole history.\n")
-	for _, s := range c.order {
-		if r := c.res[s]; r.Result != nil && r.Result.Errors > 0 {
-			w("\n%s answered %d updates with errors: %s\n", s, r.Result.Errors, strings.Join(r.Result.ErrorSamples, "; "))
-		}
-	}
-	w("\n```sh\n")
-	for _, s := range c.order {
-		for _, cmd := range c.res[s].Commands {
-			w("%s\n", cmd)
-		}
-		w("\n")
-	}
+	writeErrorsAndCommands(b, c.order, "updates", func(s string) (*result.Result, []string) { return c.res[s].Result, c.res[s].Commands })
 	w("```\n\nRaw results: [`%s`](%s).\n", h.relToReport(c.results), h.relToReport(c.results))
 }
 

@@ -216,17 +216,6 @@ func (h *harness) writeSmallCluster(b *strings.Builder) {
 	}
 	w("\n× etcd is after load / after compaction. Requests/s is every request of the workload (writes and list pages) over its duration. ")
 	w("Heap profiles of the Engram servers after the load: `profiles/<store>-small-cluster.heap.pprof` under the profile directory.\n")
-	for _, s := range c.order {
-		if r := c.res[s]; r.Result != nil && r.Result.Errors > 0 {
-			w("\n%s answered %d requests with errors: %s\n", s, r.Result.Errors, strings.Join(r.Result.ErrorSamples, "; "))
-		}
-	}
-	w("\n```sh\n")
-	for _, s := range c.order {
-		for _, cmd := range c.res[s].Commands {
-			w("%s\n", cmd)
-		}
-		w("\n")
-	}
+	writeErrorsAndCommands(b, c.order, "requests", func(s string) (*result.Result, []string) { return c.res[s].Result, c.res[s].Commands })
 	w("```\n")
 }

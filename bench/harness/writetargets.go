@@ -62,18 +62,9 @@ func requestAllocs(goBench string) map[string]map[string]float64 {
 
 // writeTargetRows are the targets table's rows for the write path.
 func (h *harness) writeTargetRows() []targetRow {
-	t := func(s, wl string) float64 { return median(h.results(s, wl), tput) }
-	known := func(v ...float64) bool {
-		for _, x := range v {
-			if math.IsNaN(x) || x == 0 {
-				return false
-			}
-		}
-		return true
-	}
 	var rows []targetRow
 	for _, wl := range etcdMultipleWorkloads {
-		bd, pb, et := t(storeBadger, wl), t(storePebble, wl), t(storeEtcd, wl)
+		bd, pb, et := h.medianTput(storeBadger, wl), h.medianTput(storePebble, wl), h.medianTput(storeEtcd, wl)
 		measured := ratio(bd, et)
 		if !math.IsNaN(pb) {
 			measured += " (engram-pebble " + ratio(pb, et) + ")"
@@ -81,17 +72,17 @@ func (h *harness) writeTargetRows() []targetRow {
 		// Where both processes share the machine, the CPU they spend per
 		// operation bounds the throughput; the server's share says how
 		// much of a miss is Engram's.
-		if srv, etcdSrv := h.serverPerOp(storeBadger, wl), h.serverPerOp(storeEtcd, wl); known(srv, etcdSrv) {
+		if srv, etcdSrv := h.serverPerOp(storeBadger, wl), h.serverPerOp(storeEtcd, wl); measuredAll(srv, etcdSrv) {
 			measured += fmt.Sprintf("; server CPU %s vs etcd's %s µs/op", fnum(srv), fnum(etcdSrv))
 		}
 		rows = append(rows, targetRow{name: wl + " / etcd", required: fmt.Sprintf("≥ %.1f×", etcdMultipleNeed),
-			measured: measured, ok: bd >= etcdMultipleNeed*et, known: known(bd, et)})
+			measured: measured, ok: bd >= etcdMultipleNeed*et, known: measuredAll(bd, et)})
 	}
 
 	wr := writerPerOp(h.cpu[storeBadger]["create"])
 	rows = append(rows, targetRow{name: "writer's serial time per create", required: fmt.Sprintf("≤ %.0f µs", writerSerialNeed),
 		measured: fmt.Sprintf("%s µs (one writer allows %s creates/s)", fmtUS(wr), fnum(oneWriterAllows(wr))),
-		ok:       wr <= writerSerialNeed, known: known(wr)})
+		ok:       wr <= writerSerialNeed, known: measuredAll(wr)})
 
 	er := float64(h.rss[storeEtcd].Loaded.RSS)
 	for _, s := range []string{storeBadger, storePebble} {
@@ -102,7 +93,7 @@ func (h *harness) writeTargetRows() []targetRow {
 		v := float64(r.Loaded.RSS)
 		rows = append(rows, targetRow{name: fmt.Sprintf("RSS after %d objects, %s", h.p.rssObjects, s), required: "≤ etcd's",
 			measured: fmt.Sprintf("%s vs etcd %s (%s; anonymous %s vs %s)", mib(r.Loaded.RSS), mib(int64(er)), ratio(v, er), mib(r.Loaded.Anon), mib(h.rss[storeEtcd].Loaded.Anon)),
-			ok:       v <= er, known: known(v, er)})
+			ok:       v <= er, known: measuredAll(v, er)})
 	}
 	rows = append(rows, h.smallClusterTargets()...)
 
@@ -117,13 +108,28 @@ func (h *harness) writeTargetRows() []targetRow {
 	}
 	d := worst(storeBadger)
 	rows = append(rows, targetRow{name: fmt.Sprintf("watch delivery, %d watchers", h.p.watchers), required: "100%",
-		measured: fmt.Sprintf("%.2f%% (etcd %.2f%%)", 100*d, 100*worst(storeEtcd)), ok: d == 1, known: known(d)})
+		measured: fmt.Sprintf("%.2f%% (etcd %.2f%%)", 100*d, 100*worst(storeEtcd)), ok: d == 1, known: measuredAll(d)})
 	bp, ep := median(h.results(storeBadger, "watch"), p99), median(h.results(storeEtcd, "watch"), p99)
 	rows = append(rows, targetRow{name: fmt.Sprintf("watch p99 delivery latency, %d watchers", h.p.watchers), required: "≤ etcd's",
-		measured: fmt.Sprintf("%s ms (etcd %s ms)", fms(bp), fms(ep)), ok: bp <= ep, known: known(bp, ep)})
+		measured: fmt.Sprintf("%s ms (etcd %s ms)", fms(bp), fms(ep)), ok: bp <= ep, known: measuredAll(bp, ep)})
 
 	rows = append(rows, h.sqlTargets()...)
 	return append(rows, h.allocTargets()...)
+}
+
+// medianTput is the median throughput of a store's workload (NaN when it
+// did not run).
+func (h *harness) medianTput(store, wl string) float64 { return median(h.results(store, wl), tput) }
+
+// measuredAll reports whether every figure was measured: a NaN or a zero
+// (a store or workload that did not run) leaves a target "not measured".
+func measuredAll(v ...float64) bool {
+	for _, x := range v {
+		if math.IsNaN(x) || x == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // serverPerOp is the median server CPU µs per operation of a store's
