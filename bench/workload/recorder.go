@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,24 @@ func (r *recorder) record(i int, d time.Duration) {
 	_ = s.h.RecordValue(us)
 	s.mu.Unlock()
 	r.ops.Add(1)
+}
+
+// outcome records an operation client i started at t0: its latency, or its
+// error, and a failed compare. It reports false when the error came from
+// the run's end (ctx done), which is nobody's failure and ends the client.
+func (r *recorder) outcome(ctx context.Context, i int, t0 time.Time, failed bool, err error) bool {
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return false
+	case err != nil:
+		r.fail(err)
+		return true
+	}
+	r.record(i, time.Since(t0))
+	if failed {
+		r.failed.Add(1)
+	}
+	return true
 }
 
 // fail counts an error and keeps its text if it is one of the first few

@@ -231,19 +231,12 @@ func (r *runner) drive(ctx context.Context, name, unit string, n int, rate float
 				}
 				t0 := time.Now()
 				failed, err := op(ctx, c)
-				switch {
-				case errors.Is(err, errStop):
+				if errors.Is(err, errStop) {
 					stopped.Store(true)
 					return
-				case err != nil && ctx.Err() != nil:
-					return
-				case err != nil:
-					rec.fail(err)
-					continue
 				}
-				rec.record(c, time.Since(t0))
-				if failed {
-					rec.failed.Add(1)
+				if !rec.outcome(ctx, c, t0, failed, err) {
+					return
 				}
 			}
 		}()

@@ -310,16 +310,8 @@ func (r *runner) runPhase(ctx context.Context, p phase, rec *recorder) error {
 				}
 				t0 := time.Now()
 				failed, err := p.tasks[i](ctx, r.conn(c))
-				switch {
-				case err != nil && ctx.Err() != nil:
+				if !rec.outcome(ctx, c, t0, failed, err) {
 					return
-				case err != nil:
-					rec.fail(err)
-					continue
-				}
-				rec.record(c, time.Since(t0))
-				if failed {
-					rec.failed.Add(1)
 				}
 			}
 		}()
