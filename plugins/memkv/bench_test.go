@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/plugins/internal/enginetest"
 )
 
 // benchKey mimics an Engram internal key: a registry path plus framing.
@@ -16,42 +17,14 @@ func benchKey(i int) []byte {
 func filled(b testing.TB, n int) *Store {
 	b.Helper()
 	s := New()
-	ctx := context.Background()
 	val := make([]byte, 512)
-	ops := make([]kv.Op, 0, 1000)
-	for i := 0; i < n; i++ {
-		ops = append(ops, kv.Put(benchKey(i), val))
-		if len(ops) == cap(ops) || i == n-1 {
-			if err := s.Commit(ctx, ops); err != nil {
-				b.Fatal(err)
-			}
-			ops = ops[:0]
-		}
-	}
+	enginetest.CommitEach(b, s, int64(n), func(i int64) kv.Op { return kv.Put(benchKey(int(i)), val) })
 	return s
 }
 
-func BenchmarkGet(b *testing.B) {
-	const n = 100_000
-	s := filled(b, n)
-	keys := make([][]byte, 4096)
-	for i := range keys {
-		keys[i] = benchKey(i * 7919 % n)
-	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := 0
-		for pb.Next() {
-			if _, err := s.Get(ctx, keys[i%len(keys)]); err != nil {
-				b.Error(err)
-				return
-			}
-			i++
-		}
-	})
-}
+// BenchmarkGet is the embedded engines' parallel read benchmark
+// (enginetest.BenchGet), on memkv.
+func BenchmarkGet(b *testing.B) { enginetest.BenchGet(b, New()) }
 
 // BenchmarkCommit3 commits batches shaped like an etcd write: a
 // PutIfAbsent of the new revision key, a CompareAndSwap of the key index,
