@@ -34,6 +34,17 @@ const (
 	WasmEnv    = "ENGRAM_K8S_WASM"
 )
 
+// closedAfter closes st when t ends. Registered before the server's own
+// cleanup, it runs after the server has stopped.
+func closedAfter(t testing.TB, name string, st kv.Store) kv.Store {
+	t.Cleanup(func() {
+		if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
+			t.Errorf("closing %s: %v", name, err)
+		}
+	})
+	return st
+}
+
 // startServer starts a fresh Engram on 127.0.0.1 (random port), stopped by
 // t.Cleanup, and returns the address to dial.
 func startServer(t testing.TB) string {
@@ -46,15 +57,7 @@ func startServer(t testing.TB) string {
 	case "wasm-mysql": // mysql.go
 		opts.Store = openMySQLStore(t)
 	case "wasm-memkv":
-		st := openWasmStore(t)
-		// Registered before the server's own cleanup, so it runs after
-		// the server has stopped.
-		t.Cleanup(func() {
-			if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
-				t.Errorf("closing the wasm store: %v", err)
-			}
-		})
-		opts.Store = st
+		opts.Store = closedAfter(t, "the wasm store", openWasmStore(t))
 	case "tikv":
 		opts.Store = openTiKVStore(t)
 	case "migrated":
@@ -66,23 +69,13 @@ func startServer(t testing.TB) string {
 		if err != nil {
 			t.Fatalf("opening badger: %v", err)
 		}
-		t.Cleanup(func() {
-			if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
-				t.Errorf("closing badger: %v", err)
-			}
-		})
-		opts.Store = st
+		opts.Store = closedAfter(t, "badger", st)
 	case "pebble":
 		st, err := pebble.Open(pebble.Options{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatalf("opening pebble: %v", err)
 		}
-		t.Cleanup(func() {
-			if err := st.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
-				t.Errorf("closing pebble: %v", err)
-			}
-		})
-		opts.Store = st
+		opts.Store = closedAfter(t, "pebble", st)
 	default:
 		t.Fatalf("%s=%q: unknown backend (want empty, badger, pebble, wasm-memkv, wasm-postgres, wasm-mysql, tikv or migrated)", BackendEnv, b)
 	}
