@@ -333,14 +333,15 @@ const pairwiseKeysUpTo = 16
 // every commit of every engine, so it copies no key: a map of the keys
 // allocated a string per op.
 func checkDistinctKeys(ops []Op) error {
-	dup := func(i, j int) error {
-		return fmt.Errorf("kv: op %d: key %q appears twice in one batch", max(i, j), ops[i].Key)
+	// second is the later of the two ops naming the key.
+	dup := func(second int) error {
+		return fmt.Errorf("kv: op %d: key %q appears twice in one batch", second, ops[second].Key)
 	}
 	if len(ops) <= pairwiseKeysUpTo {
 		for j := 1; j < len(ops); j++ {
 			for i := 0; i < j; i++ {
 				if bytes.Equal(ops[i].Key, ops[j].Key) {
-					return dup(i, j)
+					return dup(j)
 				}
 			}
 		}
@@ -350,6 +351,8 @@ func checkDistinctKeys(ops []Op) error {
 	for i := range idx {
 		idx[i] = i
 	}
+	// Equal keys sort by position, so of each equal pair the second is the
+	// later op.
 	slices.SortFunc(idx, func(a, b int) int {
 		if c := bytes.Compare(ops[a].Key, ops[b].Key); c != 0 {
 			return c
@@ -358,7 +361,7 @@ func checkDistinctKeys(ops []Op) error {
 	})
 	for k := 1; k < len(idx); k++ {
 		if bytes.Equal(ops[idx[k-1]].Key, ops[idx[k]].Key) {
-			return dup(idx[k-1], idx[k])
+			return dup(idx[k])
 		}
 	}
 	return nil
