@@ -89,6 +89,10 @@ type Options struct {
 	// PipelineDepth bounds the groups committing or waiting to commit
 	// (pipeline.go); 0 means 4.
 	PipelineDepth int
+	// ReadCreates makes a create read its key ahead like any other write
+	// instead of presuming it absent (presume.go): for measuring the
+	// difference, and for tests of the read path.
+	ReadCreates bool
 }
 
 // Backend is the MVCC store. All methods are safe for concurrent use.
@@ -123,6 +127,7 @@ type Backend struct {
 	inflight         atomic.Pointer[inflightCommit] // leaders over a shared store only
 
 	pipelineDepth int
+	presume       presumption
 	// committedSeq is the sequence number of the last group the committer
 	// finished with (committed, or failed for good): prefetch.go's S.
 	committedSeq atomic.Uint64
@@ -179,6 +184,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		counts:           newCountCache(1 << 20),
 		tempDir:          opts.TempDir,
 		pipelineDepth:    opts.PipelineDepth,
+		presume:          presumption{off: opts.ReadCreates},
 	}
 	if !opts.ReadOnly && opts.LatestCacheBytes >= 0 {
 		size := opts.LatestCacheBytes

@@ -137,14 +137,19 @@
 //     a record the request read ahead, used only if no group numbered after
 //     the read's committed sequence wrote the key (writeSeqs), else the
 //     latest-record cache or the engine. (group.state in group.go; the rule
-//     and why it is safe are stated in prefetch.go.)
+//     and why it is safe are stated in prefetch.go.) A create whose key the
+//     cache does not know presumes it absent instead of reading it; the
+//     batch's put-if-absent checks that at commit, and a group refused on
+//     such a key is evaluated again, unanswered, with the key read.
+//     (presume.go; commitLoop in pipeline.go.)
 //   - Every write transaction updates the revision key of each key it touches
 //     with a compare-and-swap against the value the writer read, and the
 //     change-log record of a group's first revision is created with
 //     put-if-absent, so a second writer on the same store (a deposed leader)
 //     can never interleave silently: its batch fails whole. (group.batch and
 //     group.appendLog in group.go; commitGroup maps the conflict to
-//     ErrStoreConflict or ErrNotLeader.)
+//     ErrStoreConflict or ErrNotLeader, except one on a key the group
+//     presumed absent.)
 //   - The revision key, the object key, the change-log record and lease index
 //     changes of a write are in one batch: a crash leaves all or none.
 //     (group.batch in group.go, committed once by commitGroup in
@@ -174,6 +179,7 @@
 //	writeloop.go     write requests, the single writer's loop, grouping
 //	writer.go        the writer's own state: revision, pending keys, resets
 //	prefetch.go      records read ahead of the writer, and when they are valid
+//	presume.go       a create's key presumed absent instead of read
 //	pipeline.go      the queue between writer and committer; the committer
 //	txn.go           transaction evaluation: compares, checks, put/delete/range
 //	txnrange.go      a Range inside a write transaction
@@ -199,6 +205,6 @@
 // The reasons behind the layout, the writer and compaction, and the
 // measurements behind them, are in DESIGN.md ("The write path", "The read
 // path", "Group commit", "Pipelined group commit", "Prefetched records",
-// "The latest-record cache", "Reads at a revision",
+// "Presumed absence", "The latest-record cache", "Reads at a revision",
 // "Compaction's rule", "Uncertain commits", "The read barrier").
 package mvcc

@@ -32,6 +32,9 @@ type keyState struct {
 	dirty bool
 	// deleteRevKey removes the revision key instead of writing cur.
 	deleteRevKey bool
+	// presumed: absent was presumed, not read (presume.go); the group's
+	// put-if-absent of the revision key is what checks it.
+	presumed bool
 	// written is the record batch encoded for the revision key (nil when it
 	// deletes it), for the latest-record cache once the batch committed.
 	written []byte
@@ -140,7 +143,8 @@ func (g *group) state(key []byte) (*keyState, error) {
 		g.keys[string(key)] = s
 		return s, nil
 	}
-	raw, err := g.record(key)
+	raw, presumed, err := g.record(key)
+	s.presumed = presumed
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 	case err != nil:
@@ -166,25 +170,32 @@ func (g *group) pending(key []byte) (*keyState, bool) {
 }
 
 // record returns key's revision-key record as of the writes before this
-// group: prefetched when still valid, else read now.
-func (g *group) record(key []byte) ([]byte, error) {
+// group: prefetched when still valid, else read now. presumed reports an
+// absence presumed, not read (presume.go).
+func (g *group) record(key []byte) (raw []byte, presumed bool, err error) {
 	var pf *prefetch
 	if g.cur != nil {
 		pf = g.cur.prefetch
 	}
 	if r, ok := pf.lookup(key); ok && g.w != nil {
 		if !g.w.written.since(maphash.Bytes(g.w.seed, key), pf.seq) {
-			g.b.metrics.prefetched(prefetchUsed)
-			if !r.found {
-				return nil, kv.ErrNotFound
+			switch {
+			case r.presumed:
+				g.b.metrics.prefetched(prefetchPresumed)
+				return nil, true, kv.ErrNotFound
+			case !r.found:
+				g.b.metrics.prefetched(prefetchUsed)
+				return nil, false, kv.ErrNotFound
 			}
-			return r.raw, nil
+			g.b.metrics.prefetched(prefetchUsed)
+			return r.raw, false, nil
 		}
 		g.b.metrics.prefetched(prefetchStale)
 	} else {
 		g.b.metrics.prefetched(prefetchNone)
 	}
-	return g.b.latestRecord(context.Background(), key)
+	raw, err = g.b.latestRecord(context.Background(), key)
+	return raw, false, err
 }
 
 // rangeAhead returns the revision-key records of [key, end) the request

@@ -63,6 +63,9 @@ func (b *Backend) commitGroup(g *group) error {
 		if c, ok := kv.AsConflict(err); ok && fenceKey != nil && bytes.Equal(c.Key, fenceKey) {
 			return fmt.Errorf("%w: another node took over (fenced)", ErrNotLeader)
 		}
+		if perr, ok := g.presumedConflict(err); ok {
+			return perr
+		}
 		if c, ok := kv.AsConflict(err); ok {
 			b.log.Error("store changed underneath the writer; write rejected", "key", fmt.Sprintf("%q", c.Key))
 			return fmt.Errorf("%w: %w", ErrStoreConflict, err)

@@ -145,6 +145,16 @@ func (b *Backend) latestRecord(ctx context.Context, key []byte) ([]byte, error) 
 	return raw, err
 }
 
+// cachedRecord returns key's revision-key record if the latest-record cache
+// holds it.
+func (b *Backend) cachedRecord(key []byte) ([]byte, bool) {
+	if b.latest == nil {
+		return nil, false
+	}
+	raw, ok, _ := b.latest.get(key)
+	return raw, ok
+}
+
 // lookupString views key as a string for a lookup that keeps nothing (the
 // LRU's Get and Contains): a conversion would allocate a copy per lookup,
 // one per point read and per write.

@@ -21,8 +21,9 @@ type metrics struct {
 	pipelineDepth  prometheus.Histogram
 	committerBusy  prometheus.Counter
 	requeued       prometheus.Counter
+	presumeFailed  prometheus.Counter
 	prefetchLookup *prometheus.CounterVec
-	prefetch       [3]prometheus.Counter
+	prefetch       [4]prometheus.Counter
 
 	// A cluster member opens a backend per leadership: each unregisters
 	// its collectors when it closes, so the next one can register.
@@ -50,20 +51,22 @@ func newMetrics(reg prometheus.Registerer, b *Backend) *metrics {
 			Help: "Time the committer spent publishing and answering groups (the engine's commit itself excluded)."}),
 		requeued: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "requeued_requests_total",
 			Help: "Write requests evaluated again because a group before theirs in the pipeline failed to commit."}),
+		presumeFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "presumed_absent_failures_total",
+			Help: "Commits refused because a create's key, presumed absent without a read, existed; their requests were evaluated again."}),
 		prefetchLookup: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "prefetch_lookups_total",
-			Help: "The writer's lookups of a key's latest record outside its pipeline, by outcome: used (read ahead by the request and still valid), stale (read ahead, but a later write may have changed it: read again), none (not read ahead: read by the writer)."}, []string{"result"}),
+			Help: "The writer's lookups of a key's latest record outside its pipeline, by outcome: used (read ahead by the request and still valid), stale (read ahead, but a later write may have changed it: read again), none (not read ahead: read by the writer), presumed (a create's key presumed absent, not read; checked by the commit)."}, []string{"result"}),
 		revision: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "mvcc", Name: "revision", Help: "Current revision."},
 			func() float64 { return float64(b.Rev()) }),
 		compacted: prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "mvcc", Name: "compacted_revision", Help: "Compacted revision."},
 			func() float64 { return float64(b.CompactRev()) }),
 		compactions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "physical_compactions_total", Help: "Finished physical compactions."}),
 	}
-	for i, r := range [...]string{prefetchUsed: "used", prefetchStale: "stale", prefetchNone: "none"} {
+	for i, r := range [...]string{prefetchUsed: "used", prefetchStale: "stale", prefetchNone: "none", prefetchPresumed: "presumed"} {
 		m.prefetch[i] = m.prefetchLookup.WithLabelValues(r)
 	}
 	m.reg = reg
 	m.register(m.commitSeconds, m.groupRequests, m.revision, m.compacted, m.compactions,
-		m.evalSeconds, m.pipelineDepth, m.committerBusy, m.requeued, m.prefetchLookup,
+		m.evalSeconds, m.pipelineDepth, m.committerBusy, m.requeued, m.presumeFailed, m.prefetchLookup,
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "engram", Subsystem: "mvcc", Name: "writer_busy_seconds_total",
 			Help: "Time the single writer spent evaluating writes and encoding their batches: its serial time."},
 			func() float64 { return time.Duration(b.writerBusy.Load()).Seconds() }))
@@ -88,6 +91,7 @@ const (
 	prefetchUsed = iota
 	prefetchStale
 	prefetchNone
+	prefetchPresumed
 )
 
 func (m *metrics) prefetched(result int) {

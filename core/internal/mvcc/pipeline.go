@@ -234,14 +234,23 @@ func (b *Backend) commitLoop(p *pipeline) {
 			continue
 		}
 		var retry []*request
-		if errors.Is(err, ErrTooLarge) && len(g.reqs) > 1 {
+		switch {
+		case errors.Is(err, errPresumedAbsent):
+			// Nothing was written: the group's requests go round again,
+			// and read the key that exists (presume.go).
+			b.presume.failed()
+			if b.metrics != nil {
+				b.metrics.presumeFailed.Inc()
+			}
+			retry = g.reqs
+		case errors.Is(err, ErrTooLarge) && len(g.reqs) > 1:
 			// Nothing was written. Each request goes again in a group of
 			// its own, so only the one that is too large fails.
 			for _, r := range g.reqs {
 				r.solo = true
 			}
 			retry = g.reqs
-		} else {
+		default:
 			g.fail(err)
 		}
 		// Its sequence number is done with: it will never land.

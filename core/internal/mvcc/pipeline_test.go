@@ -122,10 +122,11 @@ func awaitInFlight(b *Backend, n int) {
 
 // TestPrefetchStaleAfterWrite: a record read ahead, then changed by a write
 // that committed before the request reached the writer, is read again: the
-// create's compare sees the key.
+// create's compare sees the key. Creates read their keys here instead of
+// presuming them absent (presume_test.go has those).
 func TestPrefetchStaleAfterWrite(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	b, err := Open(context.Background(), Options{Store: memkv.New(), Registerer: reg})
+	b, err := Open(context.Background(), Options{Store: memkv.New(), Registerer: reg, ReadCreates: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,10 +105,12 @@ func (p *prefetch) lookupRange(key, end []byte) (*aheadRange, bool) {
 }
 
 // prefetched is one key's revision-key record as read (found false: none).
+// presumed: not read, presumed absent (presume.go).
 type prefetched struct {
-	key   []byte
-	raw   []byte
-	found bool
+	key      []byte
+	raw      []byte
+	found    bool
+	presumed bool
 }
 
 // lookup returns the record prefetched for key, if any.
@@ -126,10 +128,12 @@ func (p *prefetch) lookup(key []byte) (*prefetched, bool) {
 
 // readAhead reads the records of keys and of the ranges [r[0], r[1]) for a
 // request about to be queued. A key or range whose read fails is left out:
-// the writer reads it again and reports the failure itself.
+// the writer reads it again and reports the failure itself. presume, if not
+// nil, is one of keys that is presumed absent unless the latest-record
+// cache knows it (presume.go).
 // The reads go into p, which is returned (nil when there is nothing to
 // read).
-func (b *Backend) readAhead(ctx context.Context, p *prefetch, keys [][]byte, ranges [][2][]byte) *prefetch {
+func (b *Backend) readAhead(ctx context.Context, p *prefetch, keys [][]byte, ranges [][2][]byte, presume []byte) *prefetch {
 	if len(keys) == 0 && len(ranges) == 0 {
 		return nil
 	}
@@ -151,6 +155,16 @@ func (b *Backend) readAhead(ctx context.Context, p *prefetch, keys [][]byte, ran
 		p.recs = make([]prefetched, 0, len(keys))
 	}
 	for _, k := range keys {
+		if presume != nil && bytes.Equal(k, presume) {
+			if raw, ok := b.cachedRecord(k); ok {
+				p.recs = append(p.recs, prefetched{key: k, raw: raw, found: true})
+				continue
+			}
+			if b.presume.allow() {
+				p.recs = append(p.recs, prefetched{key: k, presumed: true})
+				continue
+			}
+		}
 		raw, err := b.latestRecord(ctx, k)
 		switch {
 		case err == nil:

@@ -167,7 +167,7 @@ func (b *Backend) txnRequest(ctx context.Context, t *pb.TxnRequest, single bool)
 	if !b.readOnly {
 		var buf [2][]byte
 		keys, ranges := txnReads(t, buf[:0], nil)
-		r.prefetch = b.readAhead(ctx, &r.reads, keys, ranges)
+		r.prefetch = b.readAhead(ctx, &r.reads, keys, ranges, presumable(t))
 	}
 	return r
 }
