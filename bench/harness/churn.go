@@ -34,6 +34,9 @@ type churnConfig struct {
 	// settle bounds the wait for Engram's own reclamation after the final
 	// compaction: it starts once the deletes have stopped for a while.
 	settle time.Duration
+	// running is set while a churn server starts: an Engram server then
+	// logs at info, which is where its reclamations show (servers.go).
+	running bool
 
 	order []string
 	res   map[string]*churnResult
@@ -59,11 +62,14 @@ type churnResult struct {
 	CompactSeconds float64 `json:"compact_seconds"`
 	// Reclaim says what reclaimed the space and ReclaimSeconds how long it
 	// took (for Engram: until the disk stopped shrinking).
-	Reclaim        string         `json:"reclaim"`
-	ReclaimSeconds float64        `json:"reclaim_seconds"`
-	Result         *result.Result `json:"result,omitempty"`
-	Error          string         `json:"error,omitempty"`
-	Commands       []string       `json:"commands,omitempty"`
+	Reclaim        string  `json:"reclaim"`
+	ReclaimSeconds float64 `json:"reclaim_seconds"`
+	// ReclaimLog holds the server's log lines about reclaiming space, over
+	// the whole run: when each reclamation ran and what it did.
+	ReclaimLog []string       `json:"reclaim_log,omitempty"`
+	Result     *result.Result `json:"result,omitempty"`
+	Error      string         `json:"error,omitempty"`
+	Commands   []string       `json:"commands,omitempty"`
 }
 
 // diskUse splits a data directory into the database (etcd's bbolt file;
@@ -148,9 +154,9 @@ func (h *harness) churnStore(ctx context.Context, store string, res *churnResult
 	// interval late) first compacts; the same larger quota as the scale
 	// run lets etcd finish, so that its throughput over time and its disk
 	// after defrag are measured rather than an alarm.
-	h.scale.etcdQuota = scaleEtcdQuota
+	h.scale.etcdQuota, c.running = scaleEtcdQuota, true
 	srv, err := h.startStore(ctx, store, dir)
-	h.scale.etcdQuota = 0
+	h.scale.etcdQuota, c.running = 0, false
 	if err != nil {
 		return err
 	}
@@ -224,9 +230,26 @@ func (h *harness) churnStore(ctx context.Context, store string, res *churnResult
 	if res.AfterReclaim, err = measureDisk(store, dataDir); err != nil {
 		return err
 	}
+	res.ReclaimLog = reclaimLines(srv.log)
 	h.log.Info("churn done", "store", store, "live", res.LiveBytes, "at end", res.AtEnd.Total,
 		"after compaction", res.AfterCompact.Total, "after reclamation", res.AfterReclaim.Total)
 	return nil
+}
+
+// reclaimLines returns the lines of the server log at path that tell of
+// reclaiming space (the badger adaptor logs each pass and each failure).
+func reclaimLines(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "reclaim") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // churnQuiet is how long the disk use must stay unchanged before Engram's
@@ -378,7 +401,13 @@ func (h *harness) writeChurn(b *strings.Builder) {
 		}
 		w("%s: %s", s, c.res[s].Reclaim)
 	}
-	w(".\n\n![throughput over time under churn](%s)\n\n", h.relToReport(c.chart))
+	w(".\n\n")
+	for _, s := range c.order {
+		if r := c.res[s]; len(r.ReclaimLog) > 0 {
+			w("%s's reclamations, from its log (the run, the compaction at the end and the wait after it):\n\n```\n%s\n```\n\n", s, strings.Join(r.ReclaimLog, "\n"))
+		}
+	}
+	w("![throughput over time under churn](%s)\n\n", h.relToReport(c.chart))
 	w("Compactions by the churn's compactor (revision, second of the run):")
 	for _, s := range c.order {
 		if r := c.res[s]; r.Result != nil {

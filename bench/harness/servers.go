@@ -117,8 +117,14 @@ func (h *harness) tryStart(ctx context.Context, kind, dir string) (*server, erro
 		}
 		s.httpAddr = fmt.Sprintf("127.0.0.1:%d", hp)
 		bin = h.engramBin
+		level := "warn"
+		if h.churn.running {
+			// The churn reports what the engine's reclamation did,
+			// which it logs at info.
+			level = "info"
+		}
 		s.args = append([]string{"serve", "--listen-client-urls=http://" + s.endpoint, "--http.listen=" + s.httpAddr,
-			"--data-dir=" + filepath.Join(dir, "data"), "--log.level=warn"}, engramStorageArgs(kind, h.wasmFile)...)
+			"--data-dir=" + filepath.Join(dir, "data"), "--log.level=" + level}, engramStorageArgs(kind, h.wasmFile)...)
 		ready = func(ctx context.Context) error { return httpOK(ctx, "http://"+s.httpAddr+"/readyz") }
 	case storePostgres, storeMySQL:
 		if bin, s.args, s.httpAddr, err = h.sqlArgs(kind, s.endpoint, filepath.Join(dir, "data")); err != nil {
