@@ -179,15 +179,14 @@ func (g *group) record(key []byte) (raw []byte, presumed bool, err error) {
 	}
 	if r, ok := pf.lookup(key); ok && g.w != nil {
 		if !g.w.written.since(maphash.Bytes(g.w.seed, key), pf.seq) {
-			switch {
-			case r.presumed:
+			if r.presumed {
 				g.b.metrics.prefetched(prefetchPresumed)
 				return nil, true, kv.ErrNotFound
-			case !r.found:
-				g.b.metrics.prefetched(prefetchUsed)
-				return nil, false, kv.ErrNotFound
 			}
 			g.b.metrics.prefetched(prefetchUsed)
+			if !r.found {
+				return nil, false, kv.ErrNotFound
+			}
 			return r.raw, false, nil
 		}
 		g.b.metrics.prefetched(prefetchStale)

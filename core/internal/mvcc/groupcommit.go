@@ -63,7 +63,7 @@ func (b *Backend) commitGroup(g *group) error {
 		if c, ok := kv.AsConflict(err); ok && fenceKey != nil && bytes.Equal(c.Key, fenceKey) {
 			return fmt.Errorf("%w: another node took over (fenced)", ErrNotLeader)
 		}
-		if perr, ok := g.presumedConflict(err); ok {
+		if perr := g.presumedConflict(err); perr != nil {
 			return perr
 		}
 		if c, ok := kv.AsConflict(err); ok {

@@ -129,30 +129,34 @@ func (c *latestCache) stats() (hits, misses uint64, bytes int64) {
 // latestRecord returns key's revision-key record, from the cache when it has
 // one. kv.ErrNotFound means the key has no revision key.
 func (b *Backend) latestRecord(ctx context.Context, key []byte) ([]byte, error) {
-	if b.latest == nil {
-		return b.store.Get(ctx, coder.RevisionKey(key))
-	}
-	raw, ok, gen := b.latest.get(key)
+	raw, ok, gen := b.cachedRecord(key)
 	if ok {
 		return raw, nil
 	}
+	return b.storeRecord(ctx, key, gen)
+}
+
+// cachedRecord returns key's revision-key record if the latest-record cache
+// holds it, and otherwise the generation storeRecord fills the cache at.
+func (b *Backend) cachedRecord(key []byte) (raw []byte, ok bool, gen uint64) {
+	if b.latest == nil {
+		return nil, false, 0
+	}
+	return b.latest.get(key)
+}
+
+// storeRecord reads key's revision-key record from the engine after the
+// cache missed at gen, and fills the cache with it.
+func (b *Backend) storeRecord(ctx context.Context, key []byte, gen uint64) ([]byte, error) {
 	raw, err := b.store.Get(ctx, coder.RevisionKey(key))
 	if err == nil {
-		b.latest.fill(key, raw, gen)
+		if b.latest != nil {
+			b.latest.fill(key, raw, gen)
+		}
 	} else if !errors.Is(err, kv.ErrNotFound) {
 		return nil, err
 	}
 	return raw, err
-}
-
-// cachedRecord returns key's revision-key record if the latest-record cache
-// holds it.
-func (b *Backend) cachedRecord(key []byte) ([]byte, bool) {
-	if b.latest == nil {
-		return nil, false
-	}
-	raw, ok, _ := b.latest.get(key)
-	return raw, ok
 }
 
 // lookupString views key as a string for a lookup that keeps nothing (the

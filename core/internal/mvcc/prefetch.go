@@ -155,17 +155,16 @@ func (b *Backend) readAhead(ctx context.Context, p *prefetch, keys [][]byte, ran
 		p.recs = make([]prefetched, 0, len(keys))
 	}
 	for _, k := range keys {
-		if presume != nil && bytes.Equal(k, presume) {
-			if raw, ok := b.cachedRecord(k); ok {
-				p.recs = append(p.recs, prefetched{key: k, raw: raw, found: true})
-				continue
-			}
-			if b.presume.allow() {
-				p.recs = append(p.recs, prefetched{key: k, presumed: true})
-				continue
-			}
+		raw, ok, gen := b.cachedRecord(k)
+		var err error
+		switch {
+		case ok:
+		case presume != nil && bytes.Equal(k, presume) && b.presume.allow():
+			p.recs = append(p.recs, prefetched{key: k, presumed: true})
+			continue
+		default:
+			raw, err = b.storeRecord(ctx, k, gen)
 		}
-		raw, err := b.latestRecord(ctx, k)
 		switch {
 		case err == nil:
 			p.recs = append(p.recs, prefetched{key: k, raw: raw, found: true})

@@ -55,8 +55,8 @@ import (
 // presumption, the next presumeHoldoff creates read their keys (DESIGN.md,
 // "Presumed absence").
 
-// presumeHoldoff is how many creates read their key instead of presuming
-// after a presumption failed: under a load of creates of existing keys, at
+// presumeHoldoff is how many creates of keys the cache does not know read
+// their key instead of presuming after a presumption failed: under a load of creates of existing keys, at
 // most one group in that many fails for it.
 const presumeHoldoff = 1000
 
@@ -132,21 +132,20 @@ func presumable(t *pb.TxnRequest) []byte {
 	return c.Key
 }
 
-// presumedConflict reports whether err, the failure of g's commit, is a
-// conflict on the revision key of a key g presumed absent, and returns
-// errPresumedAbsent naming it.
-func (g *group) presumedConflict(err error) (error, bool) {
+// presumedConflict returns errPresumedAbsent naming the key if err, the
+// failure of g's commit, is a conflict on the revision key of a key g
+// presumed absent, and nil otherwise.
+func (g *group) presumedConflict(err error) error {
 	c, ok := kv.AsConflict(err)
 	if !ok {
-		return nil, false
+		return nil
 	}
 	key, derr := coder.DecodeRevisionKey(c.Key)
 	if derr != nil {
-		return nil, false
+		return nil
 	}
-	s, ok := g.keys[string(key)]
-	if !ok || !s.presumed {
-		return nil, false
+	if s, ok := g.keys[string(key)]; !ok || !s.presumed {
+		return nil
 	}
-	return fmt.Errorf("%w: %q", errPresumedAbsent, key), true
+	return fmt.Errorf("%w: %q", errPresumedAbsent, key)
 }
