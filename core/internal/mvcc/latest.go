@@ -108,9 +108,14 @@ func (c *latestCache) invalidate(key string) {
 	c.lru.Remove(key)
 }
 
-// insert adds or replaces an entry; c.mu is held.
+// insert adds or replaces an entry; c.mu is held. A replaced entry is
+// updated in place (Add moves it to the front without the eviction
+// callback), which costs neither a map deletion nor a new list entry: an
+// update of a cached key is the writer's commonest insert.
 func (c *latestCache) insert(key string, raw []byte) {
-	c.lru.Remove(key) // replace: account for the old bytes via the callback
+	if old, ok := c.lru.Peek(key); ok {
+		c.bytes -= int64(len(key) + len(old) + latestEntryOverhead)
+	}
 	c.lru.Add(key, raw)
 	c.bytes += int64(len(key) + len(raw) + latestEntryOverhead)
 	for c.bytes > c.limit {

@@ -215,6 +215,17 @@ func TestLatestCacheBounds(t *testing.T) {
 	if _, ok, _ := c.get([]byte("key999")); ok {
 		t.Fatal("invalidated record still cached")
 	}
+
+	// A replaced record is accounted at its new size, whether it grew or
+	// shrank.
+	c = newLatestCache(64 << 10)
+	c.set("a", rec(100))
+	c.set("a", rec(10))
+	c.set("b", rec(10))
+	c.set("b", rec(300))
+	if _, _, n := c.stats(); n != int64(1+10+1+300+2*latestEntryOverhead) {
+		t.Fatalf("cache accounts %d bytes after replacing records, want %d", n, 1+10+1+300+2*latestEntryOverhead)
+	}
 }
 
 func TestStorageErrorsFailTheGroupWithoutPartialState(t *testing.T) {
