@@ -125,6 +125,15 @@ type Backend struct {
 	barrier          readBarrier
 	tempDir          string
 	inflight         atomic.Pointer[inflightCommit] // leaders over a shared store only
+	// unresolved is the revision of a commit whose outcome this leader
+	// never learned (its read-back was abandoned: the backend closed, or
+	// the engine did). The engine may show it to the followers while the
+	// clock stays below it, so from then on no read answers from the clock
+	// (readRevisions). Set before the commit's in-flight marker is cleared.
+	unresolved atomic.Int64
+	// readWaits, when set (tests), is told when a read starts waiting for
+	// a commit in flight.
+	readWaits chan<- struct{}
 
 	pipelineDepth int
 	presume       presumption
@@ -269,19 +278,29 @@ func (b *Backend) readRevisions(ctx context.Context) (int64, int64, error) {
 		// A leader whose lease ran out may already have a successor
 		// taking writes: it must not answer from its own clock. (The
 		// elector steps down only at its next tick.)
-		if _, err := b.fence(); err != nil {
-			return 0, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
-		}
+		// The lease is checked again after every wait: a wait can outlast
+		// it.
 		for {
+			if _, err := b.fence(); err != nil {
+				return 0, 0, fmt.Errorf("%w: %w", ErrNotLeader, err)
+			}
 			inf := b.inflight.Load()
 			if inf == nil || inf.rev <= b.clock.Current() {
 				break
+			}
+			if b.readWaits != nil {
+				b.readWaits <- struct{}{}
 			}
 			select {
 			case <-inf.done:
 			case <-ctx.Done():
 				return 0, 0, ctx.Err()
 			}
+		}
+		// After the marker: a commit that settled unresolved set this
+		// before it cleared the marker.
+		if rev := b.unresolved.Load(); rev > b.clock.Current() {
+			return 0, 0, fmt.Errorf("%w: the outcome of the commit of revision %d is unknown to this node", ErrNotLeader, rev)
 		}
 	}
 	return b.clock.Current(), b.compactRev.Load(), nil

@@ -161,8 +161,10 @@
 //     it. A leader publishes a revision only after the engine acknowledged
 //     it, and in a cluster a leader read also waits for a commit in flight
 //     (followers read the store, which may show that commit first) and is
-//     refused once the leader's lease ran out; a follower read takes the
-//     revision from a store read that started after the read did.
+//     refused once the leader's lease ran out, or once a commit's outcome
+//     went unresolved (the leader stopped before reading it back); a
+//     follower read takes the revision from a store read that started
+//     after the read did.
 //     (readRevisions in backend.go, inflightCommit in groupcommit.go,
 //     readbarrier.go; tests/linearizability checks recorded histories of
 //     both with porcupine.)

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -183,5 +184,173 @@ func TestExpiredLeaderRefusesReads(t *testing.T) {
 	expired.Unlock()
 	if _, err := b.Range(ctx, &pb.RangeRequest{Key: []byte("k")}); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("read on a leader whose lease ran out: %v, want ErrNotLeader", err)
+	}
+}
+
+// unresolvedStore applies the armed commit and reports its outcome as
+// uncertain; from then on every Get waits for its caller to give up or for
+// reconnect, so the leader cannot read the commit back until it steps down.
+type unresolvedStore struct {
+	kv.Store
+	mu        sync.Mutex
+	armed     bool
+	blocking  bool
+	reading   chan struct{} // closed at the first blocked Get
+	reconnect chan struct{}
+}
+
+func (s *unresolvedStore) arm() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed, s.reading, s.reconnect = true, make(chan struct{}), make(chan struct{})
+	return s.reading
+}
+
+func (s *unresolvedStore) Commit(ctx context.Context, ops []kv.Op) error {
+	s.mu.Lock()
+	armed := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if err := s.Store.Commit(ctx, ops); err != nil || !armed {
+		return err
+	}
+	s.mu.Lock()
+	s.blocking = true
+	s.mu.Unlock()
+	return fmt.Errorf("connection lost after sending COMMIT: %w", kv.ErrUncertain)
+}
+
+func (s *unresolvedStore) Get(ctx context.Context, key []byte) ([]byte, error) {
+	s.mu.Lock()
+	blocking, reading, reconnect := s.blocking, s.reading, s.reconnect
+	if blocking && reading != nil {
+		close(reading)
+		s.reading = nil
+	}
+	s.mu.Unlock()
+	if blocking {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("engine unreachable: %w", ctx.Err())
+		case <-reconnect:
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// TestStepDownWithUnresolvedCommitFailsReads: a leader whose commit was
+// applied but reported uncertain reads it back before it publishes; if it
+// steps down before it knows, a read waiting for that commit, and any read
+// after it, must not answer from the leader's clock, which is behind what
+// the followers already see (issue 25: a revision seen to go back by one on
+// Galera).
+func TestStepDownWithUnresolvedCommitFailsReads(t *testing.T) {
+	ctx := context.Background()
+	mem := memkv.New()
+	term := election.FenceOp(1)
+	if err := mem.Commit(ctx, []kv.Op{kv.Put(term.Key, term.Value)}); err != nil {
+		t.Fatal(err)
+	}
+	store := &unresolvedStore{Store: mem}
+	leader, err := Open(ctx, Options{Store: store, Fence: func() (kv.Op, error) { return election.FenceOp(1), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leader.Close() })
+	readWaits := make(chan struct{}, 1)
+	leader.readWaits = readWaits
+	follower, err := Open(ctx, Options{Store: mem, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = follower.Close() })
+	put(t, leader, "k", "1")
+
+	reading := store.arm()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := leader.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("2")})
+		wrote <- err
+	}()
+	<-reading // applied, reported uncertain, being read back
+	fr, err := follower.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := fr.Header.Revision
+	if string(fr.Kvs[0].Value) != "2" {
+		t.Fatalf("the follower reads %q: the uncertain commit was not applied", fr.Kvs[0].Value)
+	}
+
+	type answer struct {
+		rev int64
+		err error
+	}
+	read := func() answer {
+		r, err := leader.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+		return answer{r.GetHeader().GetRevision(), err}
+	}
+	waiting := make(chan answer, 1)
+	go func() { waiting <- read() }()
+	<-readWaits
+
+	// The step-down: closing the backend abandons the read-back.
+	if err := leader.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err == nil {
+		t.Fatal("the uncertain write was acknowledged although its outcome was never resolved")
+	}
+	close(store.reconnect)
+	for name, a := range map[string]answer{"waiting": <-waiting, "later": read()} {
+		if a.err == nil && a.rev < seen {
+			t.Errorf("%s leader read answered at revision %d after a follower observed %d", name, a.rev, seen)
+		}
+	}
+}
+
+// TestLeaderReadRechecksLeaseAfterWait: a read that waited for a commit in
+// flight checks the lease again before it answers; the wait can outlast it.
+func TestLeaderReadRechecksLeaseAfterWait(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	lost := false
+	gated := &gatedStore{Store: memkv.New()}
+	leader, err := Open(ctx, Options{Store: gated, Fence: func() (kv.Op, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lost {
+			return kv.Op{}, election.ErrNotLeader
+		}
+		return kv.Put([]byte("fence"), nil), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = leader.Close() })
+	readWaits := make(chan struct{}, 1)
+	leader.readWaits = readWaits
+	put(t, leader, "k", "1")
+
+	applied, release := gated.arm()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := leader.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("2")})
+		wrote <- err
+	}()
+	<-applied
+	read := make(chan error, 1)
+	go func() {
+		_, err := leader.Range(ctx, &pb.RangeRequest{Key: []byte("k")})
+		read <- err
+	}()
+	<-readWaits
+	mu.Lock()
+	lost = true
+	mu.Unlock()
+	close(release)
+	<-wrote
+	if err := <-read; !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("read that waited past the lease: %v, want ErrNotLeader", err)
 	}
 }

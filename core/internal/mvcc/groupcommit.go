@@ -34,11 +34,15 @@ func (b *Backend) commitGroup(g *group) error {
 		ops = append(ops, op)
 	}
 	ctx := context.Background()
+	unresolved := false
 	if b.fence != nil && g.rev > g.baseRev {
 		// Reads wait for this commit to settle (see readRevisions).
 		inf := &inflightCommit{rev: g.rev, done: make(chan struct{})}
 		b.inflight.Store(inf)
 		defer func() {
+			if unresolved {
+				storeMax(&b.unresolved, g.rev)
+			}
 			b.inflight.CompareAndSwap(inf, nil)
 			close(inf.done)
 		}()
@@ -54,7 +58,7 @@ func (b *Backend) commitGroup(g *group) error {
 		// nothing later depends on knowing whether they landed, so the
 		// compactor just does them again.
 	case errors.Is(err, kv.ErrUncertain):
-		err = b.resolveUncertain(ctx, g, err)
+		unresolved, err = b.resolveUncertain(ctx, g, err)
 	}
 	start = time.Now()
 	defer func() { g.publishSeconds = time.Since(start).Seconds() }()
@@ -118,8 +122,11 @@ func (b *Backend) updateLatest(g *group, committed bool) {
 // resolveUncertain decides, before anything later commits, whether a batch
 // whose commit result was unknown was applied (see package retry for why
 // this order keeps revisions dense and watch order intact, and
-// (DESIGN.md, "Uncertain commits") for the alternatives).
-func (b *Backend) resolveUncertain(ctx context.Context, g *group, cause error) error {
+// (DESIGN.md, "Uncertain commits") for the alternatives). Its error is nil
+// if the batch was applied and cause if it was not. Otherwise unresolved
+// is set, with the error that ended the read-back: the backend closed, or
+// the engine did, and this node will not learn the outcome.
+func (b *Backend) resolveUncertain(ctx context.Context, g *group, cause error) (unresolved bool, err error) {
 	key, present := g.witness()
 	b.log.Warn("commit result uncertain; reading back", "err", cause)
 	ctx, cancel := context.WithCancel(ctx)
@@ -131,9 +138,12 @@ func (b *Backend) resolveUncertain(ctx context.Context, g *group, cause error) e
 		case <-ctx.Done():
 		}
 	}()
-	err := retry.Resolve(ctx, b.store, retry.Witness{Key: key, Value: g.witnessValue, Removed: !present}, retry.Options{Logger: b.log})
-	if errors.Is(err, retry.ErrNotApplied) {
-		return cause
+	err = retry.Resolve(ctx, b.store, retry.Witness{Key: key, Value: g.witnessValue, Removed: !present}, retry.Options{Logger: b.log})
+	switch {
+	case err == nil:
+		return false, nil
+	case errors.Is(err, retry.ErrNotApplied):
+		return false, cause
 	}
-	return err
+	return true, err
 }
