@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -397,4 +398,108 @@ func BenchmarkMySQL(b *testing.B) {
 	s := mysqlEnv.open(b, "", StoreOptions{PoolSize: 1})
 	benchSQLAdaptor(b, s, &mysqlEnv.benchSeq)
 	benchSQLGroups(b, s, &mysqlEnv.benchSeq)
+}
+
+// galeraEnv is a one-node Galera cluster and mysql.wasm.
+var galeraEnv = &sqlEnv[*mysqltest.Server]{
+	plugin:       "mysql",
+	launch:       func() (*mysqltest.Server, error) { return mysqltest.LaunchWith(mysqltest.Options{Galera: true}) },
+	notInstalled: mysqltest.ErrNotInstalled,
+	config:       mysqlEnv.config,
+}
+
+// TestMySQLGalera runs mysql.wasm against a one-node Galera cluster: every
+// session reads causally (wsrep_sync_wait), a dsn that turns that off is
+// refused, and a node that refuses clients (error 1047, as a node without
+// quorum answers) is UNAVAILABLE, not INTERNAL, until it serves again.
+func TestMySQLGalera(t *testing.T) {
+	my, p := galeraEnv.setup(t)
+	ctx := context.Background()
+
+	t.Run("CausalReads", func(t *testing.T) {
+		if _, err := my.Exec("", "SET GLOBAL log_output='TABLE'; TRUNCATE mysql.general_log; SET GLOBAL general_log=ON"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _, _ = my.Exec("", "SET GLOBAL general_log=OFF") }()
+		s := galeraEnv.open(t, "pool-size=3", StoreOptions{PoolSize: 1})
+		table := fmt.Sprintf("`t%d`", galeraEnv.tables)
+		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("a"), nil), kv.Put([]byte("b"), nil), kv.Put([]byte("c"), nil)}); err != nil {
+			t.Fatal(err)
+		}
+		// A scan holds its connection (a snapshot transaction) between
+		// batches, so the Get needs another one.
+		it, err := s.Scan(ctx, kv.ScanOptions{BatchSize: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := it.Next(ctx); err != nil || len(b) != 1 {
+			t.Fatalf("first batch of a scan: %d pairs, %v", len(b), err)
+		}
+		if _, err := s.Get(ctx, []byte("b")); err != nil {
+			t.Fatal(err)
+		}
+		it.Close()
+		out, err := my.Exec("", "SELECT thread_id, REPLACE(REPLACE(CONVERT(argument USING utf8mb4), '\\n', ' '), '\\t', ' ') FROM mysql.general_log WHERE command_type = 'Query' ORDER BY event_time")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits, used := map[string]bool{}, map[string]bool{}
+		syncWait := regexp.MustCompile(`\bSET\b.*\bwsrep_sync_wait\s*=\s*1\b`)
+		for line := range strings.Lines(out) {
+			thread, stmt, _ := strings.Cut(strings.TrimSpace(line), "\t")
+			// The plugin's SET on its first connection, and the driver's
+			// "SET wsrep_sync_wait = 1, ..." on the ones it opens.
+			if syncWait.MatchString(stmt) {
+				waits[thread] = true
+			}
+			if strings.Contains(stmt, table) && !waits[thread] {
+				t.Errorf("connection %s used %s without setting wsrep_sync_wait first: %s", thread, table, stmt)
+			}
+			if strings.Contains(stmt, table) {
+				used[thread] = true
+			}
+		}
+		if len(used) < 2 {
+			t.Fatalf("the store used %d connections, want at least 2 (the first one and one the driver opened):\n%s", len(used), out)
+		}
+	})
+
+	t.Run("RefusedSyncWait", func(t *testing.T) {
+		for _, v := range []string{"0", "2", "6"} {
+			_, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + my.DSN("") + "?wsrep_sync_wait=" + v + " table=" + galeraEnv.table()),
+				AllowedAddresses: []string{my.Addr}, PoolSize: 1})
+			if err == nil || !strings.Contains(err.Error(), "wsrep_sync_wait="+v) {
+				t.Errorf("dsn with wsrep_sync_wait=%s: %v, want it refused, naming the setting", v, err)
+			}
+		}
+		s, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + my.DSN("") + "?wsrep_sync_wait=7 table=" + galeraEnv.table()),
+			AllowedAddresses: []string{my.Addr}, PoolSize: 1})
+		if err != nil {
+			t.Fatalf("dsn with wsrep_sync_wait=7: %v", err)
+		}
+		_ = s.Close()
+	})
+
+	t.Run("NotReady", func(t *testing.T) {
+		s := galeraEnv.open(t, "", StoreOptions{PoolSize: 1})
+		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := my.Exec("", "SET GLOBAL wsrep_reject_queries=ALL"); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _, _ = my.Exec("", "SET GLOBAL wsrep_reject_queries=NONE") }()
+		if _, err := s.Get(ctx, []byte("k")); !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "1047") {
+			t.Errorf("Get on a node refusing clients: %v, want UNAVAILABLE naming error 1047", err)
+		}
+		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("w"))}); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("Commit on a node refusing clients: %v, want UNAVAILABLE (refused before COMMIT: a certain failure)", err)
+		}
+		if _, err := my.Exec("", "SET GLOBAL wsrep_reject_queries=NONE"); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := s.Get(ctx, []byte("k")); err != nil || string(v) != "v" {
+			t.Errorf("Get once the node serves again: %q, %v; want the first value", v, err)
+		}
+	})
 }

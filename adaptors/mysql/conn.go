@@ -231,6 +231,14 @@ func connect(ctx context.Context, connector driver.Connector, dialled **trackedC
 const (
 	erLockWaitTimeout = 1205
 	erLockDeadlock    = 1213
+	// erWsrepNotReady is Galera's answer (ER_UNKNOWN_COM_ERROR, SQLSTATE
+	// 08S01: "WSREP has not yet prepared node for application use") on a
+	// node outside the primary component (quorum lost, still joining) or
+	// refusing clients (wsrep_reject_queries).
+	erWsrepNotReady = 1047
+	// erUnknownSystemVariable answers a query of @@wsrep_on on a server
+	// built without Galera (MySQL).
+	erUnknownSystemVariable = 1193
 )
 
 // Retryable reports whether err is a transaction the server aborted (a
@@ -251,8 +259,9 @@ func (d *adaptor) Retryable(err error) bool {
 //   - timeouts (the host's deadline on the socket, max_statement_time,
 //     max_execution_time) are DEADLINE;
 //   - a lost or refused connection, the server shutting down, too many
-//     connections, and deadlocks and lock wait timeouts that outlived the
-//     retries are UNAVAILABLE: a retry may succeed;
+//     connections, a Galera node that is not ready, and deadlocks and lock
+//     wait timeouts that outlived the retries are UNAVAILABLE: a retry
+//     (perhaps on another node) may succeed;
 //   - everything else (SQL errors, permissions, a dropped table) is
 //     INTERNAL.
 func classify(err error) error {
@@ -269,6 +278,7 @@ func classify(err error) error {
 			1040,       // too many connections
 			1203, 1226, // the user's connection or resource limits
 			1053, 1077, 1078, // server shutdown in progress, shutdown
+			erWsrepNotReady,
 			1927,       // MariaDB: connection killed
 			3032, 4031: // MySQL: offline mode; idle client disconnected
 			return fmt.Errorf("%w: %w", sdk.ErrUnavailable, err)

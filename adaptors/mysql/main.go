@@ -145,6 +145,22 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 		return sdk.Manifest{}, fmt.Errorf("connecting to MySQL at %s: %w", d.Addr, classify(err))
 	}
 	defer s.pool.Put(c)
+	dsnWait, dsnSets := d.Params["wsrep_sync_wait"]
+	wait, err := causalReads(c, dsnWait, dsnSets)
+	if err != nil {
+		return sdk.Manifest{}, err
+	}
+	if wait != "" {
+		// Later connections set it as the driver sets every param; this
+		// one is already open.
+		d.Params["wsrep_sync_wait"] = wait
+		if connector, err = mysql.NewConnector(d); err != nil {
+			return sdk.Manifest{}, fmt.Errorf("%w: dsn: %v", sdk.ErrInvalid, err)
+		}
+		if err := c.exec("SET SESSION wsrep_sync_wait=" + wait); err != nil {
+			return sdk.Manifest{}, fmt.Errorf("setting wsrep_sync_wait: %w", classify(err))
+		}
+	}
 	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
@@ -226,6 +242,40 @@ func (s *store) prepareTable(c *conn) error {
 		return notOurs(fmt.Sprintf("primary key (%s)", strings.Join(pk, ", ")))
 	}
 	return nil
+}
+
+// causalReads returns the wsrep_sync_wait every session must set on a
+// Galera node, or "" when nothing needs setting: the server is not a
+// Galera node, or its sessions already wait for reads. A Galera node
+// applies the other nodes' writes asynchronously; a read there that does
+// not first wait for them (wsrep_sync_wait's bit 1, which covers SELECT
+// and START TRANSACTION) can miss a write another node already committed,
+// and an Engram follower reading through it would answer with data older
+// than a write already acknowledged. A dsn that sets the variable without
+// that bit is refused rather than overridden: the operator asked for it.
+func causalReads(c *conn, dsnValue string, dsnSets bool) (string, error) {
+	on, wait, err := c.queryTwo(`SELECT @@wsrep_on, @@SESSION.wsrep_sync_wait`)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == erUnknownSystemVariable {
+		return "", nil // a server without Galera (MySQL)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading wsrep_on: %w", classify(err))
+	}
+	if string(on) != "1" {
+		return "", nil
+	}
+	n, err := strconv.Atoi(string(wait))
+	if err != nil {
+		return "", fmt.Errorf("reading wsrep_sync_wait: %q is not a number", wait)
+	}
+	if n&1 != 0 {
+		return "", nil
+	}
+	if dsnSets {
+		return "", fmt.Errorf("%w: dsn sets wsrep_sync_wait=%s on a Galera node, where reads could then miss writes other nodes acknowledged; use a value with bit 1 set (1, 3, 5 or 7) or leave it out", sdk.ErrInvalid, dsnValue)
+	}
+	return strconv.Itoa(n | 1), nil
 }
 
 // checkVersion refuses servers older than MySQL 8.0 or MariaDB 10.6.
