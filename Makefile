@@ -118,8 +118,11 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # and a watcher's events and checks them with porcupine against etcd's KV
 # semantics: one engram process on badger killed with SIGKILL, three over
 # PostgreSQL with the leader killed (skipped without PostgreSQL unless CI is
+# set), three each on its own node of a three-node MariaDB Galera cluster
+# with the Engram leader, the database under it, a paused database node and
+# the quorum taken away (about 50 s; skipped without MariaDB unless CI is
 # set), three in-process nodes over a shared memkv with kills, store
-# partitions and uncertain commits; 20 s of load each, about 90 s in all.
+# partitions and uncertain commits; 20 s of load each, about 140 s in all.
 # It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
 # warmwasm compiles the database adaptors and the test plugins into the tests' shared wasm cache

@@ -54,8 +54,9 @@ type Server struct {
 	// Version is the server's version, e.g. "10.11.19-MariaDB".
 	Version string
 
-	bins bins
-	proc *proctest.Proc
+	bins   bins
+	proc   *proctest.Proc
+	galera *galeraNode // a node of a Cluster
 }
 
 // DSN returns a go-sql-driver/mysql DSN for database db (empty:
@@ -116,6 +117,13 @@ type bins struct {
 	server, install, client string
 }
 
+// initStatements run before a new server accepts connections: the plugin
+// connects over TCP from 127.0.0.1, which root@localhost does not cover with
+// name resolution off.
+const initStatements = "CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';\n" +
+	"GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;\n" +
+	"CREATE DATABASE IF NOT EXISTS " + Database + ";\n"
+
 func launch(b bins, o Options) (*Server, error) {
 	dir, cred, err := proctest.TempDir("mysql", "engram-mysql-")
 	if err != nil {
@@ -145,9 +153,7 @@ func launch(b bins, o Options) (*Server, error) {
 	// does not cover with name resolution off; the server runs this file
 	// before it accepts connections.
 	initSQL := filepath.Join(dir, "init.sql")
-	if err := os.WriteFile(initSQL, []byte("CREATE USER IF NOT EXISTS 'root'@'127.0.0.1';\n"+
-		"GRANT ALL ON *.* TO 'root'@'127.0.0.1' WITH GRANT OPTION;\n"+
-		"CREATE DATABASE IF NOT EXISTS "+Database+";\n"), 0o644); err != nil {
+	if err := os.WriteFile(initSQL, []byte(initStatements), 0o644); err != nil {
 		return nil, fmt.Errorf("mysqltest: %w", err)
 	}
 	port, err := proctest.FreePort()

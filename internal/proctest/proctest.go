@@ -140,6 +140,10 @@ func (p *Proc) startReaper() error {
 	return nil
 }
 
+// Signal sends the server sig (tests kill, pause and resume servers to
+// make faults).
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
+
 // Exited is closed when the server has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
 

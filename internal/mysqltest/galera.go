@@ -1,0 +1,258 @@
+package mysqltest
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/engramkv/engram/internal/proctest"
+)
+
+// A Cluster is a throwaway MariaDB Galera cluster on 127.0.0.1: every node
+// a mariadbd of its own (SQL, group communication, incremental and full
+// state transfer each on a port chosen at run time), the first one
+// bootstrapping the cluster and the others joining it by state transfer
+// (rsync). Tests stop, kill, pause and restart nodes to make the faults a
+// replicated engine meets: a node that crashed and rejoins, a node that
+// stops answering, a cluster that loses quorum.
+type Cluster struct {
+	// Nodes are the cluster's nodes, in start order.
+	Nodes []*Server
+
+	root    string
+	cred    *syscall.Credential
+	address string // gcomm://... of every node
+
+	mu   sync.Mutex
+	dead []*proctest.Proc // killed incarnations, stopped with the cluster
+}
+
+// galeraNode is what a node needs to start again: its ports and command
+// line.
+type galeraNode struct {
+	index          int
+	gcomm, ist, st int
+}
+
+// StartGalera launches a cluster of n nodes for t and stops it at
+// t.Cleanup, skipping t without MariaDB or Galera unless CI is set.
+func StartGalera(t testing.TB, n int) *Cluster {
+	t.Helper()
+	return proctest.StartFor(t, "Galera cluster", func() (*Cluster, error) { return LaunchGalera(n) }, ErrNotInstalled)
+}
+
+// LaunchGalera starts a cluster of n nodes and waits until every node is
+// synced. The caller stops it with Stop.
+func LaunchGalera(n int) (*Cluster, error) {
+	b, err := findBins()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(GaleraProvider); err != nil {
+		return nil, fmt.Errorf("%w: Galera provider: %v (apt-get install galera-4)", ErrNotInstalled, err)
+	}
+	return proctest.Retry(3, func() (*Cluster, error) { return launchGalera(b, n) })
+}
+
+func launchGalera(b bins, n int) (*Cluster, error) {
+	root, cred, err := proctest.TempDir("mysql", "engram-galera-")
+	if err != nil {
+		return nil, fmt.Errorf("mysqltest: %w", err)
+	}
+	c := &Cluster{root: root, cred: cred}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = c.Stop()
+		}
+	}()
+	var members []string
+	for i := range n {
+		var ports [4]int
+		for j := range ports {
+			if ports[j], err = proctest.FreePort(); err != nil {
+				return nil, fmt.Errorf("mysqltest: %w", err)
+			}
+		}
+		dir := filepath.Join(root, "n"+strconv.Itoa(i+1))
+		if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+			return nil, fmt.Errorf("mysqltest: %w", err)
+		}
+		if cred != nil {
+			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+				return nil, fmt.Errorf("mysqltest: %w", err)
+			}
+			if err := os.Chown(filepath.Join(dir, "data"), int(cred.Uid), int(cred.Gid)); err != nil {
+				return nil, fmt.Errorf("mysqltest: %w", err)
+			}
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(ports[0]), Port: ports[0], Dir: dir, bins: b,
+			galera: &galeraNode{index: i, gcomm: ports[1], ist: ports[2], st: ports[3]}}
+		c.Nodes = append(c.Nodes, s)
+		members = append(members, "127.0.0.1:"+strconv.Itoa(ports[1]))
+	}
+	c.address = "gcomm://" + strings.Join(members, ",")
+
+	// Only the first node gets a system database (and the init file's
+	// users and database); the others receive all of it by state transfer.
+	first := c.Nodes[0]
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(first.Dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
+	if cred != nil {
+		args = append(args, "--user=mysql")
+	}
+	install := exec.Command(b.install, args...)
+	install.Dir = first.Dir
+	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := install.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("mysqltest: %s: %w\n%s", b.install, err, out)
+	}
+	if err := c.start(first, true); err != nil {
+		return nil, err
+	}
+	for _, s := range c.Nodes[1:] {
+		if err := c.start(s, false); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range c.Nodes {
+		if err := c.waitSynced(s, 2*time.Minute); err != nil {
+			return nil, err
+		}
+	}
+	if v, err := exec.Command(b.server, "--version").Output(); err == nil {
+		if f := strings.Fields(string(v)); len(f) > 2 {
+			for _, s := range c.Nodes {
+				s.Version = f[2]
+			}
+		}
+	}
+	ok = true
+	return c, nil
+}
+
+// start runs a new incarnation of node s, bootstrapping a new cluster when
+// bootstrap is set.
+func (c *Cluster) start(s *Server, bootstrap bool) error {
+	g := s.galera
+	node := "127.0.0.1:" + strconv.Itoa(g.gcomm)
+	cmd := exec.Command(s.bins.server, "--no-defaults", "--datadir="+filepath.Join(s.Dir, "data"),
+		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--skip-networking=0",
+		"--socket="+filepath.Join(s.Dir, "sock"), "--pid-file="+filepath.Join(s.Dir, "pid"),
+		"--skip-name-resolve", "--skip-log-bin",
+		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=64M", "--max-connections=300",
+		"--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0",
+		"--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
+		"--wsrep-on=ON", "--wsrep-provider="+GaleraProvider, "--wsrep-cluster-address="+c.address,
+		"--wsrep-cluster-name=engram-test", "--wsrep-node-name=n"+strconv.Itoa(g.index+1),
+		"--wsrep-node-address="+node, "--wsrep-node-incoming-address="+s.Addr,
+		"--wsrep-sst-method=rsync", "--wsrep-sst-receive-address=127.0.0.1:"+strconv.Itoa(g.st),
+		"--wsrep-provider-options=base_host=127.0.0.1;base_port="+strconv.Itoa(g.gcomm)+
+			";gmcast.listen_addr=tcp://"+node+";ist.recv_addr=127.0.0.1:"+strconv.Itoa(g.ist)+";gcache.size=32M")
+	if bootstrap {
+		// The users and database of the init file reach the other nodes
+		// with the state transfer of the whole data directory.
+		initSQL := filepath.Join(s.Dir, "init.sql")
+		if err := os.WriteFile(initSQL, []byte(initStatements), 0o644); err != nil {
+			return fmt.Errorf("mysqltest: %w", err)
+		}
+		cmd.Args = append(cmd.Args, "--wsrep-new-cluster", "--init-file="+initSQL)
+	}
+	if c.cred != nil {
+		cmd.Args = append(cmd.Args, "--user=mysql")
+	}
+	proc, err := proctest.Start("mariadbd n"+strconv.Itoa(g.index+1), cmd, s.Dir, syscall.SIGTERM, c.cred)
+	if err != nil {
+		return fmt.Errorf("mysqltest: %w", err)
+	}
+	s.proc = proc
+	return nil
+}
+
+// waitSynced waits until node s serves clients as a synced member of the
+// primary component.
+func (c *Cluster) waitSynced(s *Server, timeout time.Duration) error {
+	err := s.proc.WaitReady(timeout, func() error {
+		out, err := s.Exec("mysql", "SHOW STATUS LIKE 'wsrep_local_state_comment'")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "Synced") {
+			return errors.New(strings.TrimSpace(out))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mysqltest: galera node %s: %w", s.Addr, err)
+	}
+	return nil
+}
+
+// Kill ends node i's mariadbd with SIGKILL, as a crash would, and waits
+// until it has exited. Its data directory stays for Restart.
+func (c *Cluster) Kill(i int) error {
+	s := c.Nodes[i]
+	if err := s.proc.Signal(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("mysqltest: killing node %d: %w", i, err)
+	}
+	<-s.proc.Exited()
+	c.mu.Lock()
+	c.dead = append(c.dead, s.proc)
+	c.mu.Unlock()
+	return nil
+}
+
+// Restart starts node i again after Kill and waits until it rejoined the
+// cluster (by incremental or full state transfer) and is synced.
+func (c *Cluster) Restart(i int) error {
+	s := c.Nodes[i]
+	if err := c.start(s, false); err != nil {
+		return err
+	}
+	return c.waitSynced(s, 2*time.Minute)
+}
+
+// Pause stops node i's mariadbd with SIGSTOP: it holds its connections and
+// answers nothing, and the other nodes soon count it gone, as a network
+// partition would make them. Resume ends it.
+func (c *Cluster) Pause(i int) error { return c.Nodes[i].proc.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused node.
+func (c *Cluster) Resume(i int) error { return c.Nodes[i].proc.Signal(syscall.SIGCONT) }
+
+// WaitSynced waits until node i is a synced member of the primary
+// component again (after Resume, or after its peers came back).
+func (c *Cluster) WaitSynced(i int) error { return c.waitSynced(c.Nodes[i], 2*time.Minute) }
+
+// Stop stops every node and removes the cluster's directory. It is safe
+// to call more than once.
+func (c *Cluster) Stop() error {
+	var errs []error
+	for _, s := range c.Nodes {
+		if s.proc == nil {
+			continue
+		}
+		_ = s.proc.Signal(syscall.SIGCONT) // a paused node cannot stop
+		if err := s.proc.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.mu.Lock()
+	dead := c.dead
+	c.dead = nil
+	c.mu.Unlock()
+	for _, p := range dead {
+		_ = p.Stop() // exited already; this ends its reaper
+	}
+	if err := os.RemoveAll(c.root); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
