@@ -400,29 +400,76 @@ func BenchmarkMySQL(b *testing.B) {
 	benchSQLGroups(b, s, &mysqlEnv.benchSeq)
 }
 
-// galeraEnv is a one-node Galera cluster and mysql.wasm.
-var galeraEnv = &sqlEnv[*mysqltest.Server]{
-	plugin:       "mysql",
-	launch:       func() (*mysqltest.Server, error) { return mysqltest.LaunchWith(mysqltest.Options{Galera: true}) },
-	notInstalled: mysqltest.ErrNotInstalled,
-	config:       mysqlEnv.config,
-}
-
-// TestMySQLGalera runs mysql.wasm against a one-node Galera cluster: every
-// session reads causally (wsrep_sync_wait), a dsn that turns that off is
-// refused, and a node that refuses clients (error 1047, as a node without
+// TestMySQLGalera runs mysql.wasm against a three-node Galera cluster
+// (skipped without MariaDB unless CI is set): the conformance suite on one
+// node; every session reads causally (wsrep_sync_wait), so a write through
+// one node is read through another at once; a dsn that turns that off is
+// refused; and a node that refuses clients (error 1047, as a node without
 // quorum answers) is UNAVAILABLE, not INTERNAL, until it serves again.
 func TestMySQLGalera(t *testing.T) {
-	my, p := galeraEnv.setup(t)
+	_, p := mysqlEnv.setup(t) // the plugin
+	cluster := mysqltest.StartGalera(t, 3)
+	my := cluster.Nodes[0]
 	ctx := context.Background()
+	tables := 0
+	// open opens a store through node on table (a fresh one if empty).
+	open := func(t testing.TB, node int, table, extra string, opts StoreOptions) (*Store, string) {
+		t.Helper()
+		if table == "" {
+			tables++
+			table = fmt.Sprintf("g%d", tables)
+		}
+		db := cluster.Nodes[node]
+		opts.Config = []byte("dsn=" + db.DSN("") + " table=" + table + " " + extra)
+		opts.AllowedAddresses = []string{db.Addr}
+		if opts.PoolSize == 0 {
+			opts.PoolSize = 2
+		}
+		s, err := p.Open(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s, table
+	}
+
+	t.Run("Conformance", func(t *testing.T) {
+		kvtest.Run(t, func(t *testing.T) kv.Store {
+			s, _ := open(t, 0, "", "", StoreOptions{})
+			return s
+		})
+	})
+
+	t.Run("AcrossNodes", func(t *testing.T) {
+		// Each write is committed through node 1 and read at once through
+		// nodes 2 and 3, which apply it asynchronously: without the wait
+		// a read there can miss it.
+		writer, table := open(t, 0, "", "", StoreOptions{})
+		readers := []*Store{}
+		for _, n := range []int{1, 2} {
+			r, _ := open(t, n, table, "", StoreOptions{})
+			readers = append(readers, r)
+		}
+		for i := range 200 {
+			v := strconv.Itoa(i)
+			if err := writer.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte(v))}); err != nil {
+				t.Fatal(err)
+			}
+			for n, r := range readers {
+				if got, err := r.Get(ctx, []byte("k")); err != nil || string(got) != v {
+					t.Fatalf("write %d through node 1, read through node %d: %q, %v", i, n+2, got, err)
+				}
+			}
+		}
+	})
 
 	t.Run("CausalReads", func(t *testing.T) {
 		if _, err := my.Exec("", "SET GLOBAL log_output='TABLE'; TRUNCATE mysql.general_log; SET GLOBAL general_log=ON"); err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _, _ = my.Exec("", "SET GLOBAL general_log=OFF") }()
-		s := galeraEnv.open(t, "pool-size=3", StoreOptions{PoolSize: 1})
-		table := fmt.Sprintf("`t%d`", galeraEnv.tables)
+		s, name := open(t, 0, "", "pool-size=3", StoreOptions{PoolSize: 1})
+		table := "`" + name + "`"
 		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("a"), nil), kv.Put([]byte("b"), nil), kv.Put([]byte("c"), nil)}); err != nil {
 			t.Fatal(err)
 		}
@@ -466,13 +513,13 @@ func TestMySQLGalera(t *testing.T) {
 
 	t.Run("RefusedSyncWait", func(t *testing.T) {
 		for _, v := range []string{"0", "2", "6"} {
-			_, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + my.DSN("") + "?wsrep_sync_wait=" + v + " table=" + galeraEnv.table()),
+			_, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + my.DSN("") + "?wsrep_sync_wait=" + v + " table=refused"),
 				AllowedAddresses: []string{my.Addr}, PoolSize: 1})
 			if err == nil || !strings.Contains(err.Error(), "wsrep_sync_wait="+v) {
 				t.Errorf("dsn with wsrep_sync_wait=%s: %v, want it refused, naming the setting", v, err)
 			}
 		}
-		s, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + my.DSN("") + "?wsrep_sync_wait=7 table=" + galeraEnv.table()),
+		s, err := p.Open(ctx, StoreOptions{Config: []byte("dsn=" + my.DSN("") + "?wsrep_sync_wait=7 table=accepted"),
 			AllowedAddresses: []string{my.Addr}, PoolSize: 1})
 		if err != nil {
 			t.Fatalf("dsn with wsrep_sync_wait=7: %v", err)
@@ -481,7 +528,7 @@ func TestMySQLGalera(t *testing.T) {
 	})
 
 	t.Run("NotReady", func(t *testing.T) {
-		s := galeraEnv.open(t, "", StoreOptions{PoolSize: 1})
+		s, _ := open(t, 0, "", "", StoreOptions{PoolSize: 1})
 		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {
 			t.Fatal(err)
 		}

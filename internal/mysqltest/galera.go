@@ -16,6 +16,10 @@ import (
 	"github.com/engramkv/engram/internal/proctest"
 )
 
+// GaleraProvider is the Galera library Debian's galera-4 installs (a
+// dependency of mariadb-server).
+const GaleraProvider = "/usr/lib/galera/libgalera_smm.so"
+
 // A Cluster is a throwaway MariaDB Galera cluster on 127.0.0.1: every node
 // a mariadbd of its own (SQL, group communication, incremental and full
 // state transfer each on a port chosen at run time), the first one

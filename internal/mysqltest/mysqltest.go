@@ -1,8 +1,9 @@
 // Package mysqltest starts throwaway MariaDB servers for tests: a fresh data
 // directory under os.TempDir, a passwordless root user, listening on
 // 127.0.0.1 at a port chosen at run time, its unix socket inside the data
-// directory, with a database named engram. The host's tests and the
-// Kubernetes suite run Engram on the mysql.wasm plugin against it.
+// directory, with a database named engram; and throwaway Galera clusters of
+// such servers (Cluster). The host's tests, the linearizability runs and
+// the Kubernetes suite run Engram on the mysql.wasm plugin against them.
 //
 // It owns finding the MariaDB binaries (Debian's mariadb-server puts
 // mariadbd in /usr/sbin, off a normal user's PATH), initialising the data
@@ -83,19 +84,10 @@ type Options struct {
 	// that must pay for the disk as a real deployment does. Tests leave
 	// it off. The binary log stays off either way.
 	Durable bool
-	// Galera runs the server as a one-node Galera cluster (wsrep on, the
-	// provider from Debian's galera-4, a new cluster bootstrapped), so
-	// that a plugin meets what a Galera node answers: @@wsrep_on, the
-	// wsrep_sync_wait it must set, error 1047 while the node refuses
-	// clients (SET GLOBAL wsrep_reject_queries=ALL).
-	Galera bool
 	// Settings are more mariadbd options (--NAME=VALUE), applied after the
 	// package's own, so they override them.
 	Settings []string
 }
-
-// GaleraProvider is the Galera library Debian's galera-4 installs.
-const GaleraProvider = "/usr/lib/galera/libgalera_smm.so"
 
 // Launch starts a server that the caller stops with Stop. If the process
 // ends without calling Stop, the server is stopped and its directory removed
@@ -179,13 +171,6 @@ func launch(b bins, o Options) (*Server, error) {
 	if cred != nil {
 		cmd.Args = append(cmd.Args, "--user=mysql")
 	}
-	if o.Galera {
-		args, err := galeraArgs()
-		if err != nil {
-			return nil, err
-		}
-		cmd.Args = append(cmd.Args, args...)
-	}
 	cmd.Args = append(cmd.Args, o.Settings...)
 	// SIGTERM is mariadbd's normal shutdown.
 	s.proc, err = proctest.Start("mariadbd", cmd, dir, syscall.SIGTERM, cred)
@@ -204,30 +189,6 @@ func launch(b bins, o Options) (*Server, error) {
 	}
 	ok = true
 	return s, nil
-}
-
-// galeraArgs are the settings of a one-node Galera cluster: group
-// communication and incremental state transfer on ports chosen now, and
-// an empty cluster address, which bootstraps a new cluster.
-func galeraArgs() ([]string, error) {
-	if _, err := os.Stat(GaleraProvider); err != nil {
-		return nil, fmt.Errorf("mysqltest: Galera provider: %w (apt-get install galera-4)", err)
-	}
-	gcomm, err := proctest.FreePort()
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: %w", err)
-	}
-	ist, err := proctest.FreePort()
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: %w", err)
-	}
-	node := "127.0.0.1:" + strconv.Itoa(gcomm)
-	return []string{
-		"--wsrep-on=ON", "--wsrep-provider=" + GaleraProvider, "--wsrep-cluster-address=gcomm://",
-		"--wsrep-node-address=" + node, "--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
-		"--wsrep-provider-options=base_host=127.0.0.1;base_port=" + strconv.Itoa(gcomm) +
-			";gmcast.listen_addr=tcp://" + node + ";ist.recv_addr=127.0.0.1:" + strconv.Itoa(ist) + ";gcache.size=32M",
-	}, nil
 }
 
 // waitReady waits for the log line the server prints once it accepts

@@ -34,6 +34,14 @@ type faults struct {
 	log []string
 	// counts of what was done, by kind ("kill", "failover", ...).
 	counts map[string]int
+	// events are the noted events but read-backs, for recovery.
+	events []faultEvent
+}
+
+// faultEvent is a noted event and when it happened (Recorder time).
+type faultEvent struct {
+	kind string
+	at   int64
 }
 
 // note records a fault event with its time in the history.
@@ -42,6 +50,9 @@ func (f *faults) note(kind, format string, args ...any) {
 	defer f.mu.Unlock()
 	if kind != "" {
 		f.counts[kind]++
+		if kind != "readback" {
+			f.events = append(f.events, faultEvent{kind, f.rec.Now()})
+		}
 	}
 	f.log = append(f.log, fmt.Sprintf("[%.4fs] %s", seconds(f.rec.Now()), fmt.Sprintf(format, args...)))
 }
@@ -58,6 +69,28 @@ func (f *faults) readback(why string) {
 		return
 	}
 	f.note("readback", "read-back after %s at rev %d", why, op.Resp.Rev)
+}
+
+// recovery says, for each noted event, how long after it the first write
+// that a client sent after it was acknowledged having changed the store:
+// the outage of writes a client saw. (A failed compare is answered
+// without a commit, so it does not count.)
+func (f *faults) recovery(h History) string {
+	var parts []string
+	for _, e := range f.events {
+		first := int64(-1)
+		for _, op := range h.Ops {
+			if _, ok := op.Acknowledged(); ok && op.Call >= e.at && (first < 0 || op.Return < first) {
+				first = op.Return
+			}
+		}
+		if first < 0 {
+			parts = append(parts, e.kind+" never")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s +%.2fs", e.kind, seconds(first-e.at)))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // wait pauses the fault schedule for d or until ctx ends; it reports
@@ -150,6 +183,7 @@ func runChecked(t *testing.T, cfg runConfig) {
 		}
 	}
 	t.Logf("unknown writes by error: %v", errs)
+	t.Logf("first acknowledged write after each event: %s", f.recovery(h))
 	histPath := filepath.Join(dir, name+".history.txt")
 	if res.OK() {
 		if os.Getenv("ENGRAM_LIN_ARTIFACTS") == "" {
