@@ -31,7 +31,6 @@ type Cluster struct {
 	// Nodes are the cluster's nodes, in start order.
 	Nodes []*Server
 
-	root    string
 	cred    *syscall.Credential
 	address string // gcomm://... of every node
 
@@ -67,11 +66,7 @@ func LaunchGalera(n int) (*Cluster, error) {
 }
 
 func launchGalera(b bins, n int) (*Cluster, error) {
-	root, cred, err := proctest.TempDir("mysql", "engram-galera-")
-	if err != nil {
-		return nil, fmt.Errorf("mysqltest: %w", err)
-	}
-	c := &Cluster{root: root, cred: cred}
+	c := &Cluster{}
 	ok := false
 	defer func() {
 		if !ok {
@@ -82,18 +77,22 @@ func launchGalera(b bins, n int) (*Cluster, error) {
 	for i := range n {
 		var ports [4]int
 		for j := range ports {
+			var err error
 			if ports[j], err = proctest.FreePort(); err != nil {
 				return nil, fmt.Errorf("mysqltest: %w", err)
 			}
 		}
-		dir := filepath.Join(root, "n"+strconv.Itoa(i+1))
-		if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		// A directory of its own per node, which its server's reaper
+		// removes even if this process dies.
+		dir, cred, err := proctest.TempDir("mysql", "engram-galera-n"+strconv.Itoa(i+1)+"-")
+		if err != nil {
+			return nil, fmt.Errorf("mysqltest: %w", err)
+		}
+		c.cred = cred
+		if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
 			return nil, fmt.Errorf("mysqltest: %w", err)
 		}
 		if cred != nil {
-			if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-				return nil, fmt.Errorf("mysqltest: %w", err)
-			}
 			if err := os.Chown(filepath.Join(dir, "data"), int(cred.Uid), int(cred.Gid)); err != nil {
 				return nil, fmt.Errorf("mysqltest: %w", err)
 			}
@@ -109,12 +108,12 @@ func launchGalera(b bins, n int) (*Cluster, error) {
 	// users and database); the others receive all of it by state transfer.
 	first := c.Nodes[0]
 	args := []string{"--no-defaults", "--datadir=" + filepath.Join(first.Dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
-	if cred != nil {
+	if c.cred != nil {
 		args = append(args, "--user=mysql")
 	}
 	install := exec.Command(b.install, args...)
 	install.Dir = first.Dir
-	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	install.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
 	if out, err := install.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("mysqltest: %s: %w\n%s", b.install, err, out)
 	}
@@ -235,12 +234,13 @@ func (c *Cluster) Resume(i int) error { return c.Nodes[i].proc.Signal(syscall.SI
 // component again (after Resume, or after its peers came back).
 func (c *Cluster) WaitSynced(i int) error { return c.waitSynced(c.Nodes[i], 2*time.Minute) }
 
-// Stop stops every node and removes the cluster's directory. It is safe
-// to call more than once.
+// Stop stops every node and removes its directory. It is safe to call
+// more than once.
 func (c *Cluster) Stop() error {
 	var errs []error
 	for _, s := range c.Nodes {
 		if s.proc == nil {
+			_ = os.RemoveAll(s.Dir) // never started
 			continue
 		}
 		_ = s.proc.Signal(syscall.SIGCONT) // a paused node cannot stop
@@ -254,9 +254,6 @@ func (c *Cluster) Stop() error {
 	c.mu.Unlock()
 	for _, p := range dead {
 		_ = p.Stop() // exited already; this ends its reaper
-	}
-	if err := os.RemoveAll(c.root); err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -26,7 +26,8 @@ const backendName = "engram"
 // Engram on a WebAssembly storage plugin, "wasm-postgres" for postgres.wasm
 // (its path in WasmEnv) on a throwaway PostgreSQL with a table per test
 // (postgres.go), "wasm-mysql" likewise for mysql.wasm on a throwaway
-// MariaDB (mysql.go), "tikv" for the TiKV adaptor on a fresh in-process mock
+// MariaDB (mysql.go), "wasm-galera" for mysql.wasm on a throwaway
+// three-node Galera cluster (galera.go), "tikv" for the TiKV adaptor on a fresh in-process mock
 // TiKV cluster per test (tikv.go), and "migrated" for badger stores
 // migrated from a real etcd by core/migrate (migrated.go).
 const (
@@ -56,6 +57,8 @@ func startServer(t testing.TB) string {
 		opts.Store = openPostgresStore(t)
 	case "wasm-mysql": // mysql.go
 		opts.Store = openMySQLStore(t)
+	case "wasm-galera": // galera.go
+		opts.Store = openGaleraStore(t)
 	case "wasm-memkv":
 		opts.Store = closedAfter(t, "the wasm store", openWasmStore(t))
 	case "tikv":
@@ -77,7 +80,7 @@ func startServer(t testing.TB) string {
 		}
 		opts.Store = closedAfter(t, "pebble", st)
 	default:
-		t.Fatalf("%s=%q: unknown backend (want empty, badger, pebble, wasm-memkv, wasm-postgres, wasm-mysql, tikv or migrated)", BackendEnv, b)
+		t.Fatalf("%s=%q: unknown backend (want empty, badger, pebble, wasm-memkv, wasm-postgres, wasm-mysql, wasm-galera, tikv or migrated)", BackendEnv, b)
 	}
 	return servertest.Start(t, opts).Endpoint
 }
