@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -166,6 +167,14 @@ func TestWatchSyncStreamMatchesPaginated(t *testing.T) {
 			e.rpcs.Ranges("")
 			initial[rangeStream] = initialEvents(t, e, 20)
 			streams := e.rpcs.Streams()
+			if rangeStream {
+				// The watch hands out its initial events as the stream's
+				// chunks arrive, so the stream's end may be read after
+				// the 20th event.
+				ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+				streams = append(streams, e.rpcs.WaitStreams(ctx, 1-len(streams))...)
+				cancel()
+			}
 			if rangeStream && (len(streams) != 1 || streams[0].Err != nil || streams[0].Key != "/pods/") {
 				t.Errorf("want one RangeStream of /pods/ answered in full, got %+v", streams)
 			}

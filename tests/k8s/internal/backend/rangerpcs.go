@@ -20,6 +20,8 @@ type RangeRPCs struct {
 	mu      sync.Mutex
 	ranges  []string // keys of unary Range requests
 	streams []StreamCall
+	// streamed is closed (and replaced) whenever a stream is recorded.
+	streamed chan struct{}
 }
 
 // StreamCall is one finished RangeStream RPC.
@@ -54,6 +56,32 @@ func (r *RangeRPCs) Streams() []StreamCall {
 	out := r.streams
 	r.streams = nil
 	return out
+}
+
+// WaitStreams waits until at least n RangeStream RPCs finished since the
+// last call of Streams or WaitStreams, or ctx ends, then returns them and
+// forgets them. A watch may hand its initial events to the caller as the
+// stream's chunks arrive, before the stream's end is read and recorded.
+func (r *RangeRPCs) WaitStreams(ctx context.Context, n int) []StreamCall {
+	for {
+		r.mu.Lock()
+		if len(r.streams) >= n {
+			out := r.streams
+			r.streams = nil
+			r.mu.Unlock()
+			return out
+		}
+		if r.streamed == nil {
+			r.streamed = make(chan struct{})
+		}
+		ch := r.streamed
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return r.Streams()
+		}
+	}
 }
 
 func (r *RangeRPCs) dialOptions() []grpc.DialOption {
@@ -111,6 +139,10 @@ func (s *recordedStream) RecvMsg(m any) error {
 		}
 		s.rpcs.mu.Lock()
 		s.rpcs.streams = append(s.rpcs.streams, s.call)
+		if s.rpcs.streamed != nil {
+			close(s.rpcs.streamed)
+			s.rpcs.streamed = nil
+		}
 		s.rpcs.mu.Unlock()
 	}
 	return err
