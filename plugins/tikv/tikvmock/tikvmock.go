@@ -7,7 +7,9 @@
 //
 // It owns building the mock cluster (optionally split into several
 // regions, so that Partitions and cross-region scans and commits are
-// exercised) and handing it to tikv.New. It must not be used by production
+// exercised; optionally churning, its regions split, merged and their
+// leaders moved under the client's requests: churn.go) and handing it to
+// tikv.New. It must not be used by production
 // code: nothing is durable and the mock is not TiKV's real storage engine.
 package tikvmock
 
@@ -47,6 +49,14 @@ type Options struct {
 	// Hijack, when set, wraps the RPC client between client-go and the
 	// mock TiKV, so a test can delay, fail or drop chosen requests.
 	Hijack func(tikvclient.Client) tikvclient.Client
+	// Churn, when positive, gives every region three peers on three
+	// stores and makes every Churn-th request the client sends first
+	// change the cluster under it (churn.go): a region split, a merge or a
+	// new leader, as PD's scheduling does to a real cluster. The adaptor
+	// then meets EpochNotMatch, region-miss and NotLeader answers.
+	Churn int
+	// ChurnStats, when set, counts what the churn did and met.
+	ChurnStats *ChurnStats
 }
 
 // Open starts a fresh, empty mock cluster and returns the adaptor on it.
@@ -67,16 +77,26 @@ func Open(opts Options) (*tikv.Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	hijack := opts.Hijack
+	if opts.Churn > 0 {
+		ch, err := c.churner(opts.Store.Prefix, opts.Churn, opts.ChurnStats)
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		hijack = ch.wrap(hijack)
+	}
 	// The only store owns the mock: closing it closes the mock's MVCC
 	// store directly.
-	return c.open(c.client, opts.Store, opts.Hijack)
+	return c.open(c.client, opts.Store, hijack)
 }
 
 // Cluster is one mock TiKV cluster that several stores (Engram nodes) can
 // share, each with its own client-go client, as separate processes would.
 type Cluster struct {
-	client *testutils.MockClient
-	pd     pd.Client
+	client  *testutils.MockClient
+	pd      pd.Client
+	cluster testutils.Cluster
 
 	mu     sync.Mutex
 	closed bool
@@ -98,7 +118,7 @@ func NewCluster(splits ...[]byte) (*Cluster, error) {
 		keys = keys[1:] // the keyspace already starts there
 	}
 	testutils.BootstrapWithMultiRegions(cluster, keys...)
-	return &Cluster{client: client, pd: pdClient}, nil
+	return &Cluster{client: client, pd: pdClient, cluster: cluster}, nil
 }
 
 // Open returns a new store on the shared cluster. Closing it leaves the

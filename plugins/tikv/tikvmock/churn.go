@@ -1,0 +1,170 @@
+package tikvmock
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/pingcap/kvproto/pkg/metapb"
+	tikvclient "github.com/tikv/client-go/v2/tikv"
+	"github.com/tikv/client-go/v2/tikvrpc"
+	"github.com/tikv/client-go/v2/util/codec"
+)
+
+// mockScheduler is what churn needs of client-go's mock cluster beyond its
+// exported interface; the mock implements all of it.
+type mockScheduler interface {
+	AllocID() uint64
+	AddStore(storeID uint64, addr string, labels ...*metapb.StoreLabel)
+	AddPeer(regionID, storeID, peerID uint64)
+	GetRegionByKey(key []byte) (*metapb.Region, *metapb.Peer, *metapb.Buckets)
+	Split(regionID, newRegionID uint64, key []byte, peerIDs []uint64, leaderPeerID uint64)
+	Merge(regionID1, regionID2 uint64)
+	ChangeLeader(regionID, leaderPeerID uint64)
+}
+
+// ChurnStats counts what a churn did and what the client met, so a test
+// can tell that it exercised what it claims to. Safe for concurrent use;
+// several stores may share one.
+type ChurnStats struct {
+	Splits, Merges, LeaderMoves atomic.Int64
+	// NotLeader, EpochNotMatch and RegionNotFound count the region errors
+	// of those kinds that answered the client's requests.
+	NotLeader, EpochNotMatch, RegionNotFound atomic.Int64
+}
+
+// churn changes the cluster under a client's requests: every every-th
+// request first splits the region of a random key of the namespace, merges
+// it with the next one, or moves its leader to another peer, in turn. It is
+// driven by the requests, not by a clock, so a test's load decides how much
+// churn it meets.
+type churn struct {
+	c      mockScheduler
+	prefix []byte
+	every  uint64
+	n      atomic.Uint64
+	stats  *ChurnStats
+
+	mu   sync.Mutex // one change at a time: each reads, then changes, regions
+	rng  *rand.Rand
+	turn int
+}
+
+// churner gives every region of c peers on two more stores (a region needs
+// several peers for its leader to move) and returns the churn for a client
+// of namespace prefix.
+func (c *Cluster) churner(prefix []byte, every int, stats *ChurnStats) (*churn, error) {
+	m, ok := c.cluster.(mockScheduler)
+	if !ok {
+		return nil, fmt.Errorf("tikvmock: the mock cluster %T cannot split, merge or move leaders", c.cluster)
+	}
+	stores := []uint64{m.AllocID(), m.AllocID()}
+	for _, id := range stores {
+		m.AddStore(id, fmt.Sprintf("churn-store-%d", id))
+	}
+	// Walk the regions in key order (region keys are encoded; the first
+	// starts at the empty key, the last ends at it).
+	var key []byte
+	for {
+		r, _, _ := m.GetRegionByKey(key)
+		if r == nil {
+			return nil, fmt.Errorf("tikvmock: no region holds %q", key)
+		}
+		for _, id := range stores {
+			m.AddPeer(r.GetId(), id, m.AllocID())
+		}
+		if len(r.GetEndKey()) == 0 {
+			break
+		}
+		key = r.GetEndKey()
+	}
+	if stats == nil {
+		stats = &ChurnStats{}
+	}
+	return &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(every)))}, nil
+}
+
+// wrap puts the churn in front of next (nil: no other hijack).
+func (ch *churn) wrap(next func(tikvclient.Client) tikvclient.Client) func(tikvclient.Client) tikvclient.Client {
+	return func(inner tikvclient.Client) tikvclient.Client {
+		if next != nil {
+			inner = next(inner)
+		}
+		return &churnClient{Client: inner, ch: ch}
+	}
+}
+
+type churnClient struct {
+	tikvclient.Client
+	ch *churn
+}
+
+func (c *churnClient) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
+	if c.ch.n.Add(1)%c.ch.every == 0 {
+		c.ch.step()
+	}
+	resp, err := c.Client.SendRequest(ctx, addr, req, timeout)
+	if resp != nil {
+		if re, _ := resp.GetRegionError(); re != nil {
+			st := c.ch.stats
+			switch {
+			case re.GetNotLeader() != nil:
+				st.NotLeader.Add(1)
+			case re.GetEpochNotMatch() != nil:
+				st.EpochNotMatch.Add(1)
+			case re.GetRegionNotFound() != nil:
+				st.RegionNotFound.Add(1)
+			}
+		}
+	}
+	return resp, err
+}
+
+// step makes one change around a random key of the namespace.
+func (ch *churn) step() {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	key := append(bytes.Clone(ch.prefix), byte(ch.rng.IntN(256)), byte(ch.rng.IntN(256)))
+	enc := codec.EncodeBytes(nil, key)
+	r, leader, _ := ch.c.GetRegionByKey(enc)
+	if r == nil || leader == nil {
+		return
+	}
+	peers := r.GetPeers()
+	at := 0
+	for i, p := range peers {
+		if p.GetId() == leader.GetId() {
+			at = i
+		}
+	}
+	ch.turn++
+	switch ch.turn % 3 {
+	case 0:
+		if bytes.Equal(r.GetStartKey(), enc) {
+			return
+		}
+		ids := make([]uint64, len(peers))
+		for i := range ids {
+			ids[i] = ch.c.AllocID()
+		}
+		ch.c.Split(r.GetId(), ch.c.AllocID(), key, ids, ids[at])
+		ch.stats.Splits.Add(1)
+	case 1:
+		if len(r.GetEndKey()) == 0 {
+			return
+		}
+		next, _, _ := ch.c.GetRegionByKey(r.GetEndKey())
+		if next == nil || next.GetId() == r.GetId() {
+			return
+		}
+		ch.c.Merge(r.GetId(), next.GetId())
+		ch.stats.Merges.Add(1)
+	case 2:
+		ch.c.ChangeLeader(r.GetId(), peers[(at+1)%len(peers)].GetId())
+		ch.stats.LeaderMoves.Add(1)
+	}
+}
