@@ -122,7 +122,9 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # with the Engram leader, the database under it, a paused database node and
 # the quorum taken away (about 50 s; skipped without MariaDB unless CI is
 # set), three in-process nodes over a shared memkv with kills, store
-# partitions and uncertain commits; 20 s of load each, about 140 s in all.
+# partitions and uncertain commits, and the same over client-go's mock
+# TiKV while its regions split, merge and change leaders; 20 s of load
+# each, about 160 s in all.
 # It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
 # warmwasm compiles the database adaptors and the test plugins into the tests' shared wasm cache

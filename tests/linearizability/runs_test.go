@@ -152,6 +152,38 @@ func TestClusterTiKVMockFaults(t *testing.T) {
 	})
 }
 
+// TestClusterTiKVChurnFaults is run (c) over client-go's mock TiKV while
+// its regions split, merge and change leaders under the nodes' requests
+// (every 50th request of all of them; tikvmock's churn), each node with its
+// own client: the engine's own failovers under Engram's.
+func TestClusterTiKVChurnFaults(t *testing.T) {
+	c, err := tikvmock.NewCluster()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var st tikvmock.ChurnStats
+	churn, err := c.Churn([]byte(tikvmock.DefaultPrefix), 50, &st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		t.Logf("churn: %d splits, %d merges, %d leader moves; the clients met %d NotLeader, %d EpochNotMatch, %d RegionNotFound",
+			st.Splits.Load(), st.Merges.Load(), st.LeaderMoves.Load(), st.NotLeader.Load(), st.EpochNotMatch.Load(), st.RegionNotFound.Load())
+		if st.Splits.Load() == 0 || st.LeaderMoves.Load() == 0 || st.NotLeader.Load() == 0 || st.EpochNotMatch.Load() == 0 {
+			t.Error("the run met no region churn")
+		}
+	}()
+	sharedStoreRun(t, func(i int) kv.Store {
+		s, err := c.Open(tikv.Options{Prefix: []byte(tikvmock.DefaultPrefix)}, churn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
+
 // TestClusterPipelineFaults runs three in-process nodes over one shared
 // memkv store with the writer's groups bounded to two requests and four
 // groups in the pipeline, and keeps making the leader's commits slow (so

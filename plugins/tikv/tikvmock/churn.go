@@ -54,8 +54,34 @@ type churn struct {
 	turn int
 }
 
+// Churn returns a hijack (for Open or Cluster.Open) that churns the cluster
+// under the requests of the clients it wraps, as Options.Churn describes:
+// every every-th request of all of them together makes a change around a
+// random key of namespace prefix. The first call gives every region peers
+// on two more stores and fixes every, prefix and stats for the cluster.
+func (c *Cluster) Churn(prefix []byte, every int, stats *ChurnStats) (func(tikvclient.Client) tikvclient.Client, error) {
+	c.churnOnce.Do(func() { c.churn, c.churnErr = c.churner(prefix, every, stats) })
+	if c.churnErr != nil {
+		return nil, c.churnErr
+	}
+	return c.churn.wrap(nil), nil
+}
+
+// chain applies first, then second (either may be nil).
+func chain(first, second func(tikvclient.Client) tikvclient.Client) func(tikvclient.Client) tikvclient.Client {
+	return func(inner tikvclient.Client) tikvclient.Client {
+		if first != nil {
+			inner = first(inner)
+		}
+		if second != nil {
+			inner = second(inner)
+		}
+		return inner
+	}
+}
+
 // churner gives every region of c peers on two more stores (a region needs
-// several peers for its leader to move) and returns the churn for a client
+// several peers for its leader to move) and returns the churn for clients
 // of namespace prefix.
 func (c *Cluster) churner(prefix []byte, every int, stats *ChurnStats) (*churn, error) {
 	m, ok := c.cluster.(mockScheduler)

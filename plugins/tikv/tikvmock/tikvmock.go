@@ -79,12 +79,12 @@ func Open(opts Options) (*tikv.Store, error) {
 	}
 	hijack := opts.Hijack
 	if opts.Churn > 0 {
-		ch, err := c.churner(opts.Store.Prefix, opts.Churn, opts.ChurnStats)
+		churn, err := c.Churn(opts.Store.Prefix, opts.Churn, opts.ChurnStats)
 		if err != nil {
 			_ = c.Close()
 			return nil, err
 		}
-		hijack = ch.wrap(hijack)
+		hijack = chain(hijack, churn)
 	}
 	// The only store owns the mock: closing it closes the mock's MVCC
 	// store directly.
@@ -97,6 +97,10 @@ type Cluster struct {
 	client  *testutils.MockClient
 	pd      pd.Client
 	cluster testutils.Cluster
+
+	churnOnce sync.Once
+	churn     *churn
+	churnErr  error
 
 	mu     sync.Mutex
 	closed bool
