@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,8 +37,9 @@ type Cluster struct {
 	dead []*proctest.Proc // killed incarnations, stopped with the cluster
 }
 
-// galeraNode is what a node needs to start again: its ports and command
-// line.
+// galeraNode is what a node of a Cluster needs to start again: its place
+// in the cluster and its Galera ports (group communication, incremental
+// and full state transfer).
 type galeraNode struct {
 	index          int
 	gcomm, ist, st int
@@ -107,15 +107,8 @@ func launchGalera(b bins, n int) (*Cluster, error) {
 	// Only the first node gets a system database (and the init file's
 	// users and database); the others receive all of it by state transfer.
 	first := c.Nodes[0]
-	args := []string{"--no-defaults", "--datadir=" + filepath.Join(first.Dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
-	if c.cred != nil {
-		args = append(args, "--user=mysql")
-	}
-	install := exec.Command(b.install, args...)
-	install.Dir = first.Dir
-	install.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
-	if out, err := install.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mysqltest: %s: %w\n%s", b.install, err, out)
+	if err := installDB(b, first.Dir, c.cred); err != nil {
+		return nil, err
 	}
 	if err := c.start(first, true); err != nil {
 		return nil, err
@@ -130,12 +123,9 @@ func launchGalera(b bins, n int) (*Cluster, error) {
 			return nil, err
 		}
 	}
-	if v, err := exec.Command(b.server, "--version").Output(); err == nil {
-		if f := strings.Fields(string(v)); len(f) > 2 {
-			for _, s := range c.Nodes {
-				s.Version = f[2]
-			}
-		}
+	version := serverVersion(b)
+	for _, s := range c.Nodes {
+		s.Version = version
 	}
 	ok = true
 	return c, nil
@@ -146,13 +136,17 @@ func launchGalera(b bins, n int) (*Cluster, error) {
 func (c *Cluster) start(s *Server, bootstrap bool) error {
 	g := s.galera
 	node := "127.0.0.1:" + strconv.Itoa(g.gcomm)
-	cmd := exec.Command(s.bins.server, "--no-defaults", "--datadir="+filepath.Join(s.Dir, "data"),
-		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--skip-networking=0",
-		"--socket="+filepath.Join(s.Dir, "sock"), "--pid-file="+filepath.Join(s.Dir, "pid"),
-		"--skip-name-resolve", "--skip-log-bin",
-		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=64M", "--max-connections=300",
-		"--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0",
-		"--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
+	var initSQL string
+	if bootstrap {
+		// The users and database of the init file reach the other nodes
+		// with the state transfer of the whole data directory.
+		var err error
+		if initSQL, err = writeInitFile(s.Dir); err != nil {
+			return err
+		}
+	}
+	cmd := s.command(c.cred, false, initSQL)
+	cmd.Args = append(cmd.Args, "--binlog-format=ROW", "--innodb-autoinc-lock-mode=2",
 		"--wsrep-on=ON", "--wsrep-provider="+GaleraProvider, "--wsrep-cluster-address="+c.address,
 		"--wsrep-cluster-name=engram-test", "--wsrep-node-name=n"+strconv.Itoa(g.index+1),
 		"--wsrep-node-address="+node, "--wsrep-node-incoming-address="+s.Addr,
@@ -160,16 +154,7 @@ func (c *Cluster) start(s *Server, bootstrap bool) error {
 		"--wsrep-provider-options=base_host=127.0.0.1;base_port="+strconv.Itoa(g.gcomm)+
 			";gmcast.listen_addr=tcp://"+node+";ist.recv_addr=127.0.0.1:"+strconv.Itoa(g.ist)+";gcache.size=32M")
 	if bootstrap {
-		// The users and database of the init file reach the other nodes
-		// with the state transfer of the whole data directory.
-		initSQL := filepath.Join(s.Dir, "init.sql")
-		if err := os.WriteFile(initSQL, []byte(initStatements), 0o644); err != nil {
-			return fmt.Errorf("mysqltest: %w", err)
-		}
-		cmd.Args = append(cmd.Args, "--wsrep-new-cluster", "--init-file="+initSQL)
-	}
-	if c.cred != nil {
-		cmd.Args = append(cmd.Args, "--user=mysql")
+		cmd.Args = append(cmd.Args, "--wsrep-new-cluster")
 	}
 	proc, err := proctest.Start("mariadbd n"+strconv.Itoa(g.index+1), cmd, s.Dir, syscall.SIGTERM, c.cred)
 	if err != nil {

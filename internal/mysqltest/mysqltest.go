@@ -127,50 +127,19 @@ func launch(b bins, o Options) (*Server, error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	data := filepath.Join(dir, "data")
-	// --no-defaults everywhere: the machine's /etc/mysql must not leak in.
-	// root@localhost (the unix socket, for Exec) authenticates with an
-	// empty password instead of the OS user.
-	args := []string{"--no-defaults", "--datadir=" + data, "--auth-root-authentication-method=normal", "--skip-test-db"}
-	if cred != nil {
-		args = append(args, "--user=mysql")
+	if err := installDB(b, dir, cred); err != nil {
+		return nil, err
 	}
-	install := exec.Command(b.install, args...)
-	install.Dir = dir
-	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := install.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mysqltest: %s: %w\n%s", b.install, err, out)
-	}
-	// The plugin connects over TCP from 127.0.0.1, which root@localhost
-	// does not cover with name resolution off; the server runs this file
-	// before it accepts connections.
-	initSQL := filepath.Join(dir, "init.sql")
-	if err := os.WriteFile(initSQL, []byte(initStatements), 0o644); err != nil {
-		return nil, fmt.Errorf("mysqltest: %w", err)
+	initSQL, err := writeInitFile(dir)
+	if err != nil {
+		return nil, err
 	}
 	port, err := proctest.FreePort()
 	if err != nil {
 		return nil, fmt.Errorf("mysqltest: %w", err)
 	}
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), Port: port, Dir: dir, bins: b}
-	// Durability is off unless asked for (no flush at commit, no
-	// doublewrite), and there is no binary log: the data is thrown away,
-	// and tests should measure Engram, not the disk. max_connections
-	// covers a few stores of pooled plugin instances open at once.
-	// max_allowed_packet stays MariaDB's 16M (MySQL 8's is 64M), so that
-	// big batches take several round trips.
-	cmd := exec.Command(b.server, "--no-defaults", "--datadir="+data,
-		"--port="+strconv.Itoa(port), "--bind-address=127.0.0.1", "--skip-networking=0",
-		"--socket="+filepath.Join(dir, "sock"), "--pid-file="+filepath.Join(dir, "pid"),
-		"--skip-name-resolve", "--init-file="+initSQL, "--skip-log-bin",
-		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=64M",
-		"--max-connections=300")
-	if !o.Durable {
-		cmd.Args = append(cmd.Args, "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0")
-	}
-	if cred != nil {
-		cmd.Args = append(cmd.Args, "--user=mysql")
-	}
+	cmd := s.command(cred, o.Durable, initSQL)
 	cmd.Args = append(cmd.Args, o.Settings...)
 	// SIGTERM is mariadbd's normal shutdown.
 	s.proc, err = proctest.Start("mariadbd", cmd, dir, syscall.SIGTERM, cred)
@@ -181,14 +150,77 @@ func launch(b bins, o Options) (*Server, error) {
 		_ = s.Stop()
 		return nil, err
 	}
-	if v, err := exec.Command(b.server, "--version").Output(); err == nil {
-		// "mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for debian-linux-gnu ..."
-		if f := strings.Fields(string(v)); len(f) > 2 {
-			s.Version = f[2]
-		}
-	}
+	s.Version = serverVersion(b)
 	ok = true
 	return s, nil
+}
+
+// installDB creates the system database in dir/data. --no-defaults
+// everywhere: the machine's /etc/mysql must not leak in. root@localhost
+// (the unix socket, for Exec) authenticates with an empty password instead
+// of the OS user.
+func installDB(b bins, dir string, cred *syscall.Credential) error {
+	args := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"), "--auth-root-authentication-method=normal", "--skip-test-db"}
+	if cred != nil {
+		args = append(args, "--user=mysql")
+	}
+	install := exec.Command(b.install, args...)
+	install.Dir = dir
+	install.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if out, err := install.CombinedOutput(); err != nil {
+		return fmt.Errorf("mysqltest: %s: %w\n%s", b.install, err, out)
+	}
+	return nil
+}
+
+// writeInitFile writes initStatements into dir for --init-file, which the
+// server runs before it accepts connections, and returns its path.
+func writeInitFile(dir string) (string, error) {
+	initSQL := filepath.Join(dir, "init.sql")
+	if err := os.WriteFile(initSQL, []byte(initStatements), 0o644); err != nil {
+		return "", fmt.Errorf("mysqltest: %w", err)
+	}
+	return initSQL, nil
+}
+
+// command is the mariadbd command line of s, running as cred's user,
+// with initSQL as its init file unless empty. Durability is off unless
+// asked for (no flush at commit, no doublewrite), and there is no binary
+// log: the data is thrown away, and tests should measure Engram, not the
+// disk. max_connections covers a few stores of pooled plugin instances
+// open at once. max_allowed_packet stays MariaDB's 16M (MySQL 8's is 64M),
+// so that big batches take several round trips.
+func (s *Server) command(cred *syscall.Credential, durable bool, initSQL string) *exec.Cmd {
+	cmd := exec.Command(s.bins.server, "--no-defaults", "--datadir="+filepath.Join(s.Dir, "data"),
+		"--port="+strconv.Itoa(s.Port), "--bind-address=127.0.0.1", "--skip-networking=0",
+		"--socket="+filepath.Join(s.Dir, "sock"), "--pid-file="+filepath.Join(s.Dir, "pid"),
+		"--skip-name-resolve", "--skip-log-bin",
+		"--innodb-buffer-pool-size=64M", "--innodb-log-file-size=64M",
+		"--max-connections=300")
+	if initSQL != "" {
+		cmd.Args = append(cmd.Args, "--init-file="+initSQL)
+	}
+	if !durable {
+		cmd.Args = append(cmd.Args, "--innodb-flush-log-at-trx-commit=0", "--innodb-doublewrite=0", "--sync-binlog=0")
+	}
+	if cred != nil {
+		cmd.Args = append(cmd.Args, "--user=mysql")
+	}
+	return cmd
+}
+
+// serverVersion is what mariadbd --version names itself, e.g.
+// "10.11.19-MariaDB-0+deb12u1"; empty if it cannot tell.
+func serverVersion(b bins) string {
+	v, err := exec.Command(b.server, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	// "mariadbd  Ver 10.11.19-MariaDB-0+deb12u1 for debian-linux-gnu ..."
+	if f := strings.Fields(string(v)); len(f) > 2 {
+		return f[2]
+	}
+	return ""
 }
 
 // waitReady waits for the log line the server prints once it accepts

@@ -2,7 +2,6 @@ package linearizability
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -25,24 +24,11 @@ const galeraLease = 2 * time.Second
 func TestClusterGaleraFaults(t *testing.T) {
 	plugin := proctest.BuiltFile(t, "../../bin/mysql.wasm", "adaptors")
 	cluster := mysqltest.StartGalera(t, 3)
-	cache, err := proctest.WasmCacheDir(plugin)
-	if err != nil {
-		t.Fatal(err)
+	var dbs []wasmNode
+	for _, db := range cluster.Nodes {
+		dbs = append(dbs, wasmNode{config: "dsn=" + db.DSN("") + " table=engram_lin", addr: db.Addr})
 	}
-	nodes := make([]*proc, len(cluster.Nodes))
-	var eps []string
-	for i, db := range cluster.Nodes {
-		nodes[i] = startProc(t, fmt.Sprintf("lin-galera-%d", i),
-			"--storage.engine=wasm",
-			"--storage.wasm.file="+plugin,
-			"--storage.wasm.config=dsn="+db.DSN("")+" table=engram_lin",
-			"--storage.wasm.allowed-addresses="+db.Addr,
-			"--storage.wasm.cache-dir="+cache,
-			"--cluster.enabled=true",
-			fmt.Sprintf("--cluster.lease-duration=%s", galeraLease),
-			fmt.Sprintf("--cluster.renew-interval=%s", galeraLease/4))
-		eps = append(eps, nodes[i].endpoint)
-	}
+	nodes, eps := startWasmCluster(t, "lin-galera", plugin, galeraLease, dbs)
 	must := func(what string, err error) bool {
 		if err != nil {
 			t.Errorf("%s: %v", what, err)
@@ -57,29 +43,17 @@ func TestClusterGaleraFaults(t *testing.T) {
 			// the schedule may outlast the load's duration.
 			pause := func() { f.wait(ctx, f.between(time.Second, 2*time.Second)) }
 
-			l := f.processLeader(-1)
-			if l < 0 {
+			if !f.killProcessLeader(nodes) {
 				return
 			}
-			nodes[l].kill()
-			f.note("kill", "SIGKILL engram leader %d", l)
-			next := f.processLeader(l)
-			if next < 0 {
-				return
-			}
-			f.note("failover", "node %d leads", next)
-			f.readback("failover")
-			nodes[l].restart()
-			f.note("restart", "engram %d restarted", l)
-			f.readback("engram restart")
 			pause()
 
-			l = f.processLeader(-1)
+			l := f.processLeader(-1)
 			if l < 0 || !must("killing mariadbd", cluster.Kill(l)) {
 				return
 			}
 			f.note("kill-db", "SIGKILL the mariadbd under engram leader %d", l)
-			next = f.processLeader(l)
+			next := f.processLeader(l)
 			if next < 0 {
 				return
 			}

@@ -48,46 +48,71 @@ const pgLease = 2 * time.Second
 func TestClusterPostgresLeaderKill9(t *testing.T) {
 	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
 	pg := pgtest.Start(t)
-	cache, err := pgtest.WasmCacheDir(plugin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodes := make([]*proc, 3)
-	var eps []string
-	for i := range nodes {
-		nodes[i] = startProc(t, fmt.Sprintf("lin-pg-%d", i),
-			"--storage.engine=wasm",
-			"--storage.wasm.file="+plugin,
-			"--storage.wasm.config=url="+pg.URL("")+" table=engram_lin",
-			"--storage.wasm.allowed-addresses="+pg.Addr,
-			"--storage.wasm.cache-dir="+cache,
-			"--cluster.enabled=true",
-			fmt.Sprintf("--cluster.lease-duration=%s", pgLease),
-			fmt.Sprintf("--cluster.renew-interval=%s", pgLease/4))
-		eps = append(eps, nodes[i].endpoint)
-	}
+	node := wasmNode{config: "url=" + pg.URL("") + " table=engram_lin", addr: pg.Addr}
+	nodes, eps := startWasmCluster(t, "lin-pg", plugin, pgLease, []wasmNode{node, node, node})
 	runChecked(t, runConfig{
 		endpoints: eps,
 		schedule: func(ctx context.Context, f *faults) {
 			for f.wait(ctx, f.between(2*time.Second, 4*time.Second)) {
-				l := f.processLeader(-1)
-				if l < 0 {
+				if !f.killProcessLeader(nodes) {
 					return
 				}
-				nodes[l].kill()
-				f.note("kill", "SIGKILL leader %d", l)
-				next := f.processLeader(l)
-				if next < 0 {
-					return
-				}
-				f.note("failover", "node %d leads", next)
-				f.readback("failover")
-				nodes[l].restart()
-				f.note("restart", "node %d restarted", l)
-				f.readback("restart")
 			}
 		},
 	})
+}
+
+// wasmNode is one engram process's storage on a wasm SQL adaptor: the
+// plugin's config and the address it dials.
+type wasmNode struct{ config, addr string }
+
+// startWasmCluster starts an engram process in cluster mode for each of
+// nodes, on plugin, with the given lease, named name-0, name-1, ...; it
+// returns the processes and their endpoints.
+func startWasmCluster(t *testing.T, name, plugin string, lease time.Duration, nodes []wasmNode) ([]*proc, []string) {
+	t.Helper()
+	cache, err := proctest.WasmCacheDir(plugin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	procs := make([]*proc, len(nodes))
+	eps := make([]string, len(nodes))
+	for i, n := range nodes {
+		procs[i] = startProc(t, fmt.Sprintf("%s-%d", name, i),
+			"--storage.engine=wasm",
+			"--storage.wasm.file="+plugin,
+			"--storage.wasm.config="+n.config,
+			"--storage.wasm.allowed-addresses="+n.addr,
+			"--storage.wasm.cache-dir="+cache,
+			"--cluster.enabled=true",
+			fmt.Sprintf("--cluster.lease-duration=%s", lease),
+			fmt.Sprintf("--cluster.renew-interval=%s", lease/4))
+		eps[i] = procs[i].endpoint
+	}
+	return procs, eps
+}
+
+// killProcessLeader kills the process that leads with SIGKILL, waits for
+// another to lead, and restarts the killed one as a follower, reading back
+// after the failover and after the restart. It reports whether the run
+// goes on (false: no leader was found, an error already recorded).
+func (f *faults) killProcessLeader(nodes []*proc) bool {
+	l := f.processLeader(-1)
+	if l < 0 {
+		return false
+	}
+	nodes[l].kill()
+	f.note("kill", "SIGKILL leader %d", l)
+	next := f.processLeader(l)
+	if next < 0 {
+		return false
+	}
+	f.note("failover", "node %d leads", next)
+	f.readback("failover")
+	nodes[l].restart()
+	f.note("restart", "node %d restarted", l)
+	f.readback("restart")
+	return true
 }
 
 // processLeader returns the index of the endpoint that reports itself

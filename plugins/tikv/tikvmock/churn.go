@@ -64,7 +64,7 @@ func (c *Cluster) Churn(prefix []byte, every int, stats *ChurnStats) (func(tikvc
 	if c.churnErr != nil {
 		return nil, c.churnErr
 	}
-	return c.churn.wrap(nil), nil
+	return c.churn.wrap, nil
 }
 
 // chain applies first, then second (either may be nil).
@@ -114,14 +114,9 @@ func (c *Cluster) churner(prefix []byte, every int, stats *ChurnStats) (*churn, 
 	return &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(every)))}, nil
 }
 
-// wrap puts the churn in front of next (nil: no other hijack).
-func (ch *churn) wrap(next func(tikvclient.Client) tikvclient.Client) func(tikvclient.Client) tikvclient.Client {
-	return func(inner tikvclient.Client) tikvclient.Client {
-		if next != nil {
-			inner = next(inner)
-		}
-		return &churnClient{Client: inner, ch: ch}
-	}
+// wrap puts the churn in front of a client.
+func (ch *churn) wrap(inner tikvclient.Client) tikvclient.Client {
+	return &churnClient{Client: inner, ch: ch}
 }
 
 type churnClient struct {
