@@ -57,15 +57,18 @@ func TestConformanceBinaryPrefix(t *testing.T) {
 
 // TestConformanceUnderChurn runs the adaptor contract while the mock
 // cluster changes under it: every 5th request first splits a region,
-// merges two or moves a leader (tikvmock.Options.Churn), so reads, scans
-// and commits meet the EpochNotMatch, region-miss and NotLeader answers of
-// a real cluster under PD's scheduling.
+// merges two or moves a leader (tikvmock.Options.Churn), and PD learns of
+// each change only 5 requests later, so reads, scans and commits meet the
+// EpochNotMatch, region-miss and NotLeader answers of a real cluster under
+// PD's scheduling, and PD's stale answers between a change and the
+// region's next heartbeat.
 func TestConformanceUnderChurn(t *testing.T) {
 	var st tikvmock.ChurnStats
-	kvtest.Run(t, func(t *testing.T) kv.Store { return openMock(t, tikvmock.Options{Churn: 5, ChurnStats: &st}) })
-	t.Logf("churn: %d splits, %d merges, %d leader moves; the client met %d NotLeader, %d EpochNotMatch, %d RegionNotFound",
-		st.Splits.Load(), st.Merges.Load(), st.LeaderMoves.Load(), st.NotLeader.Load(), st.EpochNotMatch.Load(), st.RegionNotFound.Load())
-	if st.Splits.Load() == 0 || st.Merges.Load() == 0 || st.LeaderMoves.Load() == 0 || st.NotLeader.Load() == 0 || st.EpochNotMatch.Load() == 0 {
-		t.Error("the churn did not exercise splits, merges and leader moves, or the client never met their errors")
+	kvtest.Run(t, func(t *testing.T) kv.Store {
+		return openMock(t, tikvmock.Options{Churn: tikvmock.ChurnOptions{Every: 5, PDLag: 5, Stats: &st}})
+	})
+	t.Logf("churn: %v", &st)
+	if st.Splits.Load() == 0 || st.Merges.Load() == 0 || st.LeaderMoves.Load() == 0 || st.NotLeader.Load() == 0 || st.EpochNotMatch.Load() == 0 || st.StaleRegionAnswers.Load() == 0 {
+		t.Error("the churn did not exercise splits, merges, leader moves and PD's lag, or the client never met their errors")
 	}
 }

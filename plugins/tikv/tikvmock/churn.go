@@ -35,6 +35,31 @@ type ChurnStats struct {
 	// NotLeader, EpochNotMatch and RegionNotFound count the region errors
 	// of those kinds that answered the client's requests.
 	NotLeader, EpochNotMatch, RegionNotFound atomic.Int64
+	// StaleRegionAnswers counts PD lookups answered with a region as it
+	// was before a change (ChurnOptions.PDLag).
+	StaleRegionAnswers atomic.Int64
+}
+
+// String says what the churn did and met, for a test's log.
+func (s *ChurnStats) String() string {
+	return fmt.Sprintf("%d splits, %d merges, %d leader moves; the clients met %d NotLeader, %d EpochNotMatch, %d RegionNotFound and %d stale region answers from PD",
+		s.Splits.Load(), s.Merges.Load(), s.LeaderMoves.Load(), s.NotLeader.Load(), s.EpochNotMatch.Load(), s.RegionNotFound.Load(), s.StaleRegionAnswers.Load())
+}
+
+// ChurnOptions configures a churn (Options.Churn, Cluster.Churn).
+type ChurnOptions struct {
+	// Every, when positive, makes every Every-th request the clients send
+	// first change the cluster under them: a region split, a merge or a
+	// new leader, in turn, as PD's scheduling does to a real cluster.
+	// Zero means no churn.
+	Every int
+	// PDLag, when positive, delays PD's view of each change (pdlag.go):
+	// for the next PDLag requests, PD still answers lookups of the
+	// changed regions with their old range, epoch and leader, as a real
+	// PD does until the region's next heartbeat.
+	PDLag int
+	// Stats, when set, counts what the churn did and met.
+	Stats *ChurnStats
 }
 
 // churn changes the cluster under a client's requests: every every-th
@@ -48,6 +73,8 @@ type churn struct {
 	every  uint64
 	n      atomic.Uint64
 	stats  *ChurnStats
+	lag    uint64
+	pd     *pdLag // nil without PDLag
 
 	mu   sync.Mutex // one change at a time: each reads, then changes, regions
 	rng  *rand.Rand
@@ -55,12 +82,16 @@ type churn struct {
 }
 
 // Churn returns a hijack (for Open or Cluster.Open) that churns the cluster
-// under the requests of the clients it wraps, as Options.Churn describes:
-// every every-th request of all of them together makes a change around a
+// under the requests of the clients it wraps, as opts describes: every
+// opts.Every-th request of all of them together makes a change around a
 // random key of namespace prefix. The first call gives every region peers
-// on two more stores and fixes every, prefix and stats for the cluster.
-func (c *Cluster) Churn(prefix []byte, every int, stats *ChurnStats) (func(tikvclient.Client) tikvclient.Client, error) {
-	c.churnOnce.Do(func() { c.churn, c.churnErr = c.churner(prefix, every, stats) })
+// on two more stores and fixes the options and prefix for the cluster;
+// stores opened on the cluster after it see PD through the churn's lag.
+func (c *Cluster) Churn(prefix []byte, opts ChurnOptions) (func(tikvclient.Client) tikvclient.Client, error) {
+	if opts.Every <= 0 {
+		return nil, fmt.Errorf("tikvmock: churn every %d requests: must be positive", opts.Every)
+	}
+	c.churnOnce.Do(func() { c.churn, c.churnErr = c.churner(prefix, opts) })
 	if c.churnErr != nil {
 		return nil, c.churnErr
 	}
@@ -83,7 +114,7 @@ func chain(first, second func(tikvclient.Client) tikvclient.Client) func(tikvcli
 // churner gives every region of c peers on two more stores (a region needs
 // several peers for its leader to move) and returns the churn for clients
 // of namespace prefix.
-func (c *Cluster) churner(prefix []byte, every int, stats *ChurnStats) (*churn, error) {
+func (c *Cluster) churner(prefix []byte, opts ChurnOptions) (*churn, error) {
 	m, ok := c.cluster.(mockScheduler)
 	if !ok {
 		return nil, fmt.Errorf("tikvmock: the mock cluster %T cannot split, merge or move leaders", c.cluster)
@@ -108,10 +139,16 @@ func (c *Cluster) churner(prefix []byte, every int, stats *ChurnStats) (*churn, 
 		}
 		key = r.GetEndKey()
 	}
+	stats := opts.Stats
 	if stats == nil {
 		stats = &ChurnStats{}
 	}
-	return &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(every)))}, nil
+	ch := &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(opts.Every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(opts.Every)))}
+	if opts.PDLag > 0 {
+		ch.lag = uint64(opts.PDLag)
+		ch.pd = &pdLag{ch: ch}
+	}
+	return ch, nil
 }
 
 // wrap puts the churn in front of a client.
@@ -125,6 +162,9 @@ type churnClient struct {
 }
 
 func (c *churnClient) SendRequest(ctx context.Context, addr string, req *tikvrpc.Request, timeout time.Duration) (*tikvrpc.Response, error) {
+	if c.ch.pd != nil {
+		c.ch.pd.tick()
+	}
 	if c.ch.n.Add(1)%c.ch.every == 0 {
 		c.ch.step()
 	}
@@ -163,6 +203,17 @@ func (ch *churn) step() {
 		}
 	}
 	ch.turn++
+	// Whatever the change, PD keeps describing the regions it touches as
+	// they are now for a while (pdlag.go).
+	lagging := func(regions ...*metapb.Region) {
+		if ch.pd == nil {
+			return
+		}
+		for _, r := range regions {
+			_, l, _ := ch.c.GetRegionByKey(r.GetStartKey())
+			ch.pd.record(r, l, ch.lag)
+		}
+	}
 	switch ch.turn % 3 {
 	case 0:
 		if bytes.Equal(r.GetStartKey(), enc) {
@@ -172,6 +223,7 @@ func (ch *churn) step() {
 		for i := range ids {
 			ids[i] = ch.c.AllocID()
 		}
+		lagging(r)
 		ch.c.Split(r.GetId(), ch.c.AllocID(), key, ids, ids[at])
 		ch.stats.Splits.Add(1)
 	case 1:
@@ -182,9 +234,11 @@ func (ch *churn) step() {
 		if next == nil || next.GetId() == r.GetId() {
 			return
 		}
+		lagging(r, next)
 		ch.c.Merge(r.GetId(), next.GetId())
 		ch.stats.Merges.Add(1)
 	case 2:
+		lagging(r)
 		ch.c.ChangeLeader(r.GetId(), peers[(at+1)%len(peers)].GetId())
 		ch.stats.LeaderMoves.Add(1)
 	}

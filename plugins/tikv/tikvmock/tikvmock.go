@@ -8,7 +8,8 @@
 // It owns building the mock cluster (optionally split into several
 // regions, so that Partitions and cross-region scans and commits are
 // exercised; optionally churning, its regions split, merged and their
-// leaders moved under the client's requests: churn.go) and handing it to
+// leaders moved under the client's requests: churn.go, with PD's view of
+// each change lagging behind it: pdlag.go) and handing it to
 // tikv.New. It must not be used by production
 // code: nothing is durable and the mock is not TiKV's real storage engine.
 package tikvmock
@@ -49,14 +50,12 @@ type Options struct {
 	// Hijack, when set, wraps the RPC client between client-go and the
 	// mock TiKV, so a test can delay, fail or drop chosen requests.
 	Hijack func(tikvclient.Client) tikvclient.Client
-	// Churn, when positive, gives every region three peers on three
-	// stores and makes every Churn-th request the client sends first
-	// change the cluster under it (churn.go): a region split, a merge or a
-	// new leader, as PD's scheduling does to a real cluster. The adaptor
-	// then meets EpochNotMatch, region-miss and NotLeader answers.
-	Churn int
-	// ChurnStats, when set, counts what the churn did and met.
-	ChurnStats *ChurnStats
+	// Churn, when Churn.Every is positive, gives every region three peers
+	// on three stores and changes the cluster under the client's requests
+	// (churn.go), optionally with PD lagging behind the changes
+	// (pdlag.go). The adaptor then meets EpochNotMatch, region-miss and
+	// NotLeader answers, and stale answers from PD.
+	Churn ChurnOptions
 }
 
 // Open starts a fresh, empty mock cluster and returns the adaptor on it.
@@ -78,8 +77,8 @@ func Open(opts Options) (*tikv.Store, error) {
 		return nil, err
 	}
 	hijack := opts.Hijack
-	if opts.Churn > 0 {
-		churn, err := c.Churn(opts.Store.Prefix, opts.Churn, opts.ChurnStats)
+	if opts.Churn.Every > 0 {
+		churn, err := c.Churn(opts.Store.Prefix, opts.Churn)
 		if err != nil {
 			_ = c.Close()
 			return nil, err
@@ -150,7 +149,11 @@ func (c *Cluster) Close() error {
 }
 
 func (c *Cluster) open(client tikvclient.Client, opts tikv.Options, hijack func(tikvclient.Client) tikvclient.Client) (*tikv.Store, error) {
-	kvs, err := tikvclient.NewTestTiKVStore(client, c.pd, hijack, nil, 0)
+	var pdc pd.Client = c.pd
+	if c.churn != nil && c.churn.pd != nil {
+		pdc = &laggingPD{Client: c.pd, lag: c.churn.pd}
+	}
+	kvs, err := tikvclient.NewTestTiKVStore(client, pdc, hijack, nil, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tikvmock: client store: %w", err)
 	}
