@@ -126,6 +126,13 @@ type Options struct {
 	// than that fail. It must exceed the longest scan; 0 means 10 minutes,
 	// and values under a minute are raised to a minute.
 	GCLifeTime time.Duration
+	// RegionStats is where Size learns the namespace's size. Nil in Open
+	// means PD's HTTP API on PDEndpoints, with TLS (pdstats.go); nil in
+	// New leaves Size failing (package tikvmock sets its own).
+	RegionStats RegionStatsSource
+	// Clock is the time Size's one-second reuse of a measure is judged
+	// by; nil is time.Now. Tests set it to move time instead of waiting.
+	Clock func() time.Time
 }
 
 // TLSOptions are PEM files for TLS towards PD and TiKV.
@@ -172,6 +179,10 @@ type Store struct {
 	stats struct {
 		commits, retries, conflicts, uncertain atomic.Uint64
 	}
+
+	regionStats RegionStatsSource
+	now         func() time.Time
+	size        sizeCache
 }
 
 // Stats counts Commit outcomes since the store was opened.
@@ -220,6 +231,11 @@ func New(kvs *tikvclient.KVStore, opts Options) (*Store, error) {
 		requestTimeout: opts.RequestTimeout,
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),
+		regionStats:    opts.RegionStats,
+		now:            opts.Clock,
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.requestTimeout == 0 {
 		s.requestTimeout = defaultRequestTimeout
