@@ -60,14 +60,16 @@ type sizeCache struct {
 //
 // Approximate means what PD's statistics are: the sum of the approximate
 // sizes of the regions that overlap the namespace, so a region straddling
-// its start or end is counted whole (regions hold up to 96 MiB by
+// its start or end is counted whole (TiKV splits regions at 96 MiB by
 // default, so a small namespace sharing regions with other data reads
 // larger than it is); each region's size is in whole MiB, a non-empty one
 // at least 1 MiB; the sizes are those of TiKV's latest region heartbeats
-// (they lag writes by up to a heartbeat interval, a minute by default); and
-// they count what TiKV stores: every MVCC version not yet garbage
-// collected and compacted, on one replica. Deleting keys therefore shrinks
-// the size only after TiKV's GC and compaction have run (Options.GCInterval).
+// (a minute apart by default), so they lag writes; and they count what
+// TiKV stores on one replica: every MVCC version not yet garbage collected
+// and compacted. Deleting keys therefore shrinks the size only after TiKV's
+// GC (Options.GCInterval) and compaction have run. For the quota the lag
+// means that writes can pass it by about what is written between two
+// reports.
 //
 // A measure is reused for a second; a failed one is reported as the error
 // for that second too, without asking PD again.

@@ -6,7 +6,8 @@
 // framing (TiKV cannot store empty values), snapshot reads at PD timestamps,
 // one optimistic transaction per Commit with its conditions checked inside
 // it, the classification of client-go's errors into "not applied" and
-// kv.ErrUncertain, partitions from the region cache, and MVCC garbage
+// kv.ErrUncertain, partitions from the region cache, the namespace's size
+// from PD's region statistics (size.go, pdstats.go), and MVCC garbage
 // collection of the TiKV cluster (optional). It must not interpret keys or
 // values (revisions, leases and MVCC belong to the core), must not expose
 // client-go's error vocabulary to callers (they see the errors of package kv,
@@ -36,6 +37,15 @@
 // snapshot, where the condition is re-checked against the new value, a
 // bounded number of times. See commit.go for how every client-go error is
 // mapped.
+//
+// # Size
+//
+// Size (kv.Sizer: Status's DbSize, the db size metrics, the quota) is the
+// sum of the approximate sizes PD holds for the regions overlapping the
+// namespace, asked of PD's HTTP API on the PD endpoints: whole regions, in
+// MiB, as of TiKV's last region heartbeats, every MVCC version not yet
+// collected included. See Size for what that means for a small namespace
+// and for the quota.
 //
 // # Logging
 //
