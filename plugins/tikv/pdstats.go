@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/tikv/client-go/v2/util/codec"
 )
@@ -18,6 +19,12 @@ import (
 // regionStatsPath is PD's region statistics of a key range (tikv/pd
 // server/api/stats.go, GetRegionStatus), under its API prefix.
 const regionStatsPath = "/pd/api/v1/stats/region"
+
+// pdAttemptTimeout bounds the request to one PD endpoint, so that one
+// that accepts connections but does not answer (a hung or partitioned
+// PD) leaves time for the next within Size's budget. PD answers from
+// memory, in milliseconds.
+const pdAttemptTimeout = 2 * time.Second
 
 // mib is PD's unit of region sizes: TiKV reports bytes in its region
 // heartbeats, PD keeps whole MiB (core.RegionFromHeartbeat).
@@ -28,9 +35,10 @@ const mib = 1 << 20
 // follower forwards the request to the leader), so the endpoints are tried
 // in turn, starting with the one that answered last.
 type pdRegionStats struct {
-	urls   []string // base URLs, scheme included, no trailing slash
-	client *http.Client
-	next   atomic.Int64 // index of the endpoint to try first
+	urls    []string // base URLs, scheme included, no trailing slash
+	client  *http.Client
+	attempt time.Duration // timeout of the request to one endpoint
+	next    atomic.Int64  // index of the endpoint to try first
 }
 
 // newPDRegionStats returns the source on endpoints (host:port, or URLs as
@@ -52,7 +60,7 @@ func newPDRegionStats(endpoints []string, tlsConfig *tls.Config) *pdRegionStats 
 		}
 		urls[i] = ep
 	}
-	return &pdRegionStats{urls: urls, client: &http.Client{Transport: transport}}
+	return &pdRegionStats{urls: urls, client: &http.Client{Transport: transport}, attempt: pdAttemptTimeout}
 }
 
 // pdRegionStatsJSON is the part of PD's answer (statistics.RegionStats)
@@ -76,7 +84,9 @@ func (p *pdRegionStats) RegionStats(ctx context.Context, start, end []byte) (Reg
 	var errs []error
 	for i := range p.urls {
 		at := (first + i) % len(p.urls)
-		st, err := p.get(ctx, p.urls[at]+regionStatsPath+"?"+q.Encode())
+		actx, cancel := context.WithTimeout(ctx, p.attempt)
+		st, err := p.get(actx, p.urls[at]+regionStatsPath+"?"+q.Encode())
+		cancel()
 		if err == nil {
 			p.next.Store(int64(at))
 			return st, nil

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tikv/client-go/v2/util/codec"
 )
@@ -154,6 +155,26 @@ func TestPDRegionStatsEndpoints(t *testing.T) {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not mention %q", err, s)
 		}
+	}
+}
+
+// TestPDRegionStatsHungEndpoint: a PD that accepts the request and never
+// answers is given up after the per-endpoint timeout and the next one is
+// asked, within the caller's budget.
+func TestPDRegionStatsHungEndpoint(t *testing.T) {
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // until the client gives up
+	}))
+	t.Cleanup(hung.Close)
+	good := &fakePD{}
+	src := newPDRegionStats([]string{hung.URL, startFakePD(t, good)}, nil)
+	// Short, so the test is quick; the good PD answers in well under it.
+	src.attempt = 250 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	st, err := src.RegionStats(ctx, []byte("a"), []byte("b"))
+	if err != nil || st.Bytes != 195<<20 {
+		t.Fatalf("with the first PD hung: %+v, %v", st, err)
 	}
 }
 

@@ -37,6 +37,10 @@ const (
 	// is called and metrics are scraped (the quota, the third caller,
 	// already measures at most once a second).
 	sizeCacheTTL = time.Second
+	// sizeFailureTTL is how long a failed measure is reused: an
+	// unreachable PD can take Size's whole budget to find out, and
+	// Status should not wait that long every second.
+	sizeFailureTTL = 10 * time.Second
 	// sizeTimeout bounds one measure, all PD endpoints together: Size has
 	// no context and its callers (Status, a metrics scrape) must not
 	// hang on an unreachable PD.
@@ -71,8 +75,9 @@ type sizeCache struct {
 // means that writes can pass it by about what is written between two
 // reports.
 //
-// A measure is reused for a second; a failed one is reported as the error
-// for that second too, without asking PD again.
+// A measure is reused for a second, a failure for ten seconds (without
+// asking PD again meanwhile). One measure takes at most five seconds
+// (RequestTimeout if shorter), all PD endpoints together.
 func (s *Store) Size() (int64, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
@@ -86,13 +91,23 @@ func (s *Store) Size() (int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := s.now()
-	if !c.measured.IsZero() && now.Sub(c.measured) < sizeCacheTTL && !now.Before(c.measured) {
+	ttl := sizeCacheTTL
+	if c.err != nil {
+		ttl = sizeFailureTTL
+	}
+	if !c.measured.IsZero() && now.Sub(c.measured) < ttl && !now.Before(c.measured) {
 		return c.bytes, c.err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), sizeTimeout)
+	timeout := sizeTimeout
+	if s.requestTimeout > 0 {
+		timeout = min(timeout, s.requestTimeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	st, err := s.regionStats.RegionStats(ctx, s.prefix, s.prefixEnd)
-	c.measured = now
+	// From when the answer came: a slow one must not leave the measure
+	// already stale.
+	c.measured = s.now()
 	if err != nil {
 		c.err = fmt.Errorf("tikv: size of %q: %w", s.prefix, err)
 		if !c.failing {

@@ -60,8 +60,8 @@ func (c *fakeClock) Advance(d time.Duration) {
 }
 
 // TestSize: Size asks the source about exactly the namespace, reuses a
-// measure (or a failure) for a second by the injected clock, then asks
-// again; after Close it refuses as every call does.
+// measure for a second and a failure for ten by the injected clock, then
+// asks again; after Close it refuses as every call does.
 func TestSize(t *testing.T) {
 	src := &countingStats{st: RegionStats{Bytes: 3 << 20}}
 	clock := &fakeClock{now: time.Unix(1000, 0)}
@@ -92,8 +92,14 @@ func TestSize(t *testing.T) {
 			t.Errorf("Size with PD down: %v", err)
 		}
 	}
-	if src.count() != 3 {
-		t.Errorf("a failure was not reused: %d requests", src.count())
+	src.set(6<<20, nil)
+	clock.Advance(sizeFailureTTL - time.Nanosecond)
+	if _, err := size(); !errors.Is(err, pdDown) || src.count() != 3 {
+		t.Errorf("a failure was not reused for %v: %v after %d requests", sizeFailureTTL, err, src.count())
+	}
+	clock.Advance(time.Nanosecond)
+	if n, err := size(); n != 6<<20 || err != nil {
+		t.Errorf("after a failure's reuse: Size = %d, %v", n, err)
 	}
 	// A clock that goes back does not pin a measure forever.
 	src.set(7<<20, nil)
