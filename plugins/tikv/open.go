@@ -97,13 +97,23 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	// From here kvs.Close closes the PD client and the safe point KV;
 	// life only has to outlive them.
+	var pdStats *pdRegionStats
+	if opts.RegionStats == nil {
+		pdStats = newPDRegionStats(opts.PDEndpoints, tlsConfig)
+		opts.RegionStats = pdStats
+	}
 	s, err := New(kvs, opts)
 	if err != nil {
 		_ = kvs.Close()
 		kill()
 		return nil, err
 	}
-	s.onClose = kill
+	s.onClose = func() {
+		kill()
+		if pdStats != nil {
+			pdStats.client.CloseIdleConnections()
+		}
+	}
 	// Fail now, not on the first request, if PD answers nothing.
 	if _, err := s.timestamp(ctx); err != nil {
 		_ = s.Close()

@@ -6,7 +6,8 @@
 // framing (TiKV cannot store empty values), snapshot reads at PD timestamps,
 // one optimistic transaction per Commit with its conditions checked inside
 // it, the classification of client-go's errors into "not applied" and
-// kv.ErrUncertain, partitions from the region cache, and MVCC garbage
+// kv.ErrUncertain, partitions from the region cache, the namespace's size
+// from PD's region statistics (size.go, pdstats.go), and MVCC garbage
 // collection of the TiKV cluster (optional). It must not interpret keys or
 // values (revisions, leases and MVCC belong to the core), must not expose
 // client-go's error vocabulary to callers (they see the errors of package kv,
@@ -36,6 +37,15 @@
 // snapshot, where the condition is re-checked against the new value, a
 // bounded number of times. See commit.go for how every client-go error is
 // mapped.
+//
+// # Size
+//
+// Size (kv.Sizer: Status's DbSize, the db size metrics, the quota) is the
+// sum of the approximate sizes PD holds for the regions overlapping the
+// namespace, asked of PD's HTTP API on the PD endpoints: whole regions, in
+// MiB, as of TiKV's last region heartbeats, every MVCC version not yet
+// collected included. See Size for what that means for a small namespace
+// and for the quota.
 //
 // # Logging
 //
@@ -126,6 +136,13 @@ type Options struct {
 	// than that fail. It must exceed the longest scan; 0 means 10 minutes,
 	// and values under a minute are raised to a minute.
 	GCLifeTime time.Duration
+	// RegionStats is where Size learns the namespace's size. Nil in Open
+	// means PD's HTTP API on PDEndpoints, with TLS (pdstats.go); nil in
+	// New leaves Size failing (package tikvmock sets its own).
+	RegionStats RegionStatsSource
+	// Clock is the time Size's one-second reuse of a measure is judged
+	// by; nil is time.Now. Tests set it to move time instead of waiting.
+	Clock func() time.Time
 }
 
 // TLSOptions are PEM files for TLS towards PD and TiKV.
@@ -172,6 +189,10 @@ type Store struct {
 	stats struct {
 		commits, retries, conflicts, uncertain atomic.Uint64
 	}
+
+	regionStats RegionStatsSource
+	now         func() time.Time
+	size        sizeCache
 }
 
 // Stats counts Commit outcomes since the store was opened.
@@ -220,6 +241,11 @@ func New(kvs *tikvclient.KVStore, opts Options) (*Store, error) {
 		requestTimeout: opts.RequestTimeout,
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),
+		regionStats:    opts.RegionStats,
+		now:            opts.Clock,
+	}
+	if s.now == nil {
+		s.now = time.Now
 	}
 	if s.requestTimeout == 0 {
 		s.requestTimeout = defaultRequestTimeout

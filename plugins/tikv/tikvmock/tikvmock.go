@@ -9,7 +9,8 @@
 // regions, so that Partitions and cross-region scans and commits are
 // exercised; optionally churning, its regions split, merged and their
 // leaders moved under the client's requests: churn.go, with PD's view of
-// each change lagging behind it: pdlag.go) and handing it to
+// each change lagging behind it: pdlag.go), the region statistics the
+// adaptor's Size reads (regionstats.go), and handing it to
 // tikv.New. It must not be used by production
 // code: nothing is durable and the mock is not TiKV's real storage engine.
 package tikvmock
@@ -40,8 +41,9 @@ var DefaultSplits = []string{"b", "cw/08", "g", "p/0500", "p/1000", "p/1500", "s
 
 // Options configures Open.
 type Options struct {
-	// Store configures the adaptor; its connection fields are ignored and
-	// an empty Prefix means DefaultPrefix.
+	// Store configures the adaptor; its connection fields are ignored,
+	// an empty Prefix means DefaultPrefix and a nil RegionStats the
+	// cluster's own (Cluster.RegionStats).
 	Store tikv.Options
 	// Splits are user keys (Store.Prefix is prepended) at which the mock
 	// keyspace is split into regions. Nil means DefaultSplits; an empty
@@ -125,8 +127,8 @@ func NewCluster(splits ...[]byte) (*Cluster, error) {
 }
 
 // Open returns a new store on the shared cluster. Closing it leaves the
-// cluster and the other stores running. opts.Prefix must be set; hijack
-// may be nil.
+// cluster and the other stores running. opts.Prefix must be set; a nil
+// opts.RegionStats is the cluster's; hijack may be nil.
 func (c *Cluster) Open(opts tikv.Options, hijack func(tikvclient.Client) tikvclient.Client) (*tikv.Store, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -156,6 +158,9 @@ func (c *Cluster) open(client tikvclient.Client, opts tikv.Options, hijack func(
 	kvs, err := tikvclient.NewTestTiKVStore(client, pdc, hijack, nil, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tikvmock: client store: %w", err)
+	}
+	if opts.RegionStats == nil {
+		opts.RegionStats = c // Size from the mock's storage
 	}
 	s, err := tikv.New(kvs, opts)
 	if err != nil {
