@@ -45,6 +45,16 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 		return err
 	}
 	apiOpts.Role = &etcdapi.Role{Backend: reader}
+	// A request that meets no leader waits for one (etcdapi's reroute.go)
+	// as long as a takeover can take: the dead leader's lease running
+	// out, then the successor's recovery, bounded by a second lease.
+	lease := opts.Cluster.LeaseDuration
+	if lease <= 0 {
+		lease = election.DefaultLeaseDuration
+	}
+	s.leaderWait = 2 * lease
+	apiOpts.LeaderWait = s.leaderWait
+	apiOpts.OnLeaderWait = s.rpc.leaderWaits.Inc
 	apiOpts.Members = s.members
 	apiOpts.Membership = membership{s}
 	s.api = etcdapi.New(*apiOpts)
@@ -147,40 +157,41 @@ func (s *Server) followLeader(r election.Record, ok bool) {
 	if ok && r.Holder == s.opts.Name {
 		return // becomeLeader sets the role
 	}
-	var conn *grpc.ClientConn
+	var link *leaderLink
 	if ok {
 		var err error
-		if conn, err = s.dial(r.URL); err != nil {
+		if link, err = s.dialLeader(r.URL); err != nil {
 			s.log.Error("cannot reach the leader", "leader", r.Holder, "url", r.URL, "err", err)
 		}
 	}
 	s.mu.Lock()
 	old := s.conn
-	s.conn = conn
+	s.conn = link
 	leading := s.leader != nil
 	s.mu.Unlock()
 	if !leading {
-		role := &etcdapi.Role{Backend: s.reader, Leader: conn}
-		if conn != nil {
-			role.LeaderID = etcdapi.MemberID(r.Holder)
+		role := &etcdapi.Role{Backend: s.reader}
+		if link != nil {
+			role.Leader, role.LeaderID = link.conn, etcdapi.MemberID(r.Holder)
 		}
 		s.api.SetRole(role)
 		s.log.Info("following", "leader", r.Holder, "term", r.Term, "known", ok)
 		following := publishedRole{}
-		if conn != nil {
+		if link != nil {
 			following.leader = r.Holder
 		}
 		s.publishRole(following)
 	}
 	if old != nil {
-		// Requests in flight on the old connection were to a leader that
-		// is gone; closing it fails them with "leader changed".
-		_ = old.Close()
+		// The calls in flight on the old link get the old leader's answer
+		// if it is alive; one that is gone fails them, after the bound,
+		// with "leader changed".
+		old.closeWhenIdle(s.leaderWait)
 	}
 }
 
 // dial connects to a member's advertised URL (http://, https:// or unix://).
-func (s *Server) dial(raw string) (*grpc.ClientConn, error) {
+func (s *Server) dial(raw string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, fmt.Errorf("parse leader URL %q: %w", raw, err)
@@ -203,6 +214,7 @@ func (s *Server) dial(raw string) (*grpc.ClientConn, error) {
 		return nil, fmt.Errorf("leader URL %q: unsupported scheme", raw)
 	}
 	opts := append(s.forwardCallerOptions(), grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<31-1)))
+	opts = append(opts, extra...)
 	return grpc.NewClient(target, opts...)
 }
 

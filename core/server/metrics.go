@@ -15,6 +15,9 @@ type rpcMetrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
 	streams  *prometheus.GaugeVec
+	// leaderWaits counts requests that met no leader, or a leader
+	// stepping down, and waited for the next one instead of failing.
+	leaderWaits prometheus.Counter
 }
 
 func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
@@ -23,9 +26,11 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "engram", Subsystem: "grpc", Name: "request_duration_seconds", Help: "Unary gRPC request latency.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16)}, []string{"method"}),
 		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "engram", Subsystem: "grpc", Name: "open_streams", Help: "Open gRPC streams by method (watch, lease keepalive)."}, []string{"method"}),
+		leaderWaits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "engram", Subsystem: "grpc", Name: "leader_waits_total",
+			Help: "Requests that met no leader, or a leader stepping down, and waited for the next one instead of failing (cluster mode)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.requests, m.latency, m.streams)
+		reg.MustRegister(m.requests, m.latency, m.streams, m.leaderWaits)
 	}
 	return m
 }

@@ -158,10 +158,13 @@ type Server struct {
 	elector *election.Elector // nil unless clustered
 	reader  *mvcc.Backend     // a follower's read-only view; nil unless clustered
 	auth    *auth.Store       // signs the callers a follower forwards (auth.go)
+	// leaderWait bounds a request's wait for a leader (etcdapi's
+	// LeaderWait) and the wait for calls on a replaced leader link.
+	leaderWait time.Duration
 
 	mu     sync.Mutex
-	leader *leaderState     // non-nil while this node leads
-	conn   *grpc.ClientConn // to the leader, while following
+	leader *leaderState // non-nil while this node leads
+	conn   *leaderLink  // to the leader, while following
 
 	// roleMu guards the role as published once in effect (see RoleChanged).
 	roleMu      sync.Mutex
@@ -396,7 +399,7 @@ func (s *Server) Close(ctx context.Context) error {
 			ls.stop()
 		}
 		if conn != nil {
-			_ = conn.Close()
+			_ = conn.conn.Close()
 		}
 		if s.reader != nil {
 			_ = s.reader.Close()

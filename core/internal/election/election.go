@@ -276,13 +276,16 @@ func (e *Elector) Fence() (kv.Op, error) {
 	return FenceOp(e.term), nil
 }
 
+// DefaultLeaseDuration is Options.LeaseDuration when it is not set.
+const DefaultLeaseDuration = 5 * time.Second
+
 // New returns an Elector; Run starts it.
 func New(opts Options) (*Elector, error) {
 	if opts.Store == nil || opts.ID == "" {
 		return nil, errors.New("election: store and ID are required")
 	}
 	if opts.LeaseDuration <= 0 {
-		opts.LeaseDuration = 5 * time.Second
+		opts.LeaseDuration = DefaultLeaseDuration
 	}
 	if opts.RenewInterval <= 0 {
 		opts.RenewInterval = opts.LeaseDuration / 4

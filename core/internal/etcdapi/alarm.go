@@ -124,13 +124,13 @@ func (s *Services) changeAlarm(ctx context.Context, role *Role, m *pb.AlarmMembe
 	return m, nil
 }
 
-// admitWrite is etcd's check of a write that adds data, made on the leader
+// admitQuota is etcd's check of a write that adds data, made on the leader
 // before the write reaches the backend: over the quota it raises NOSPACE
 // for this member and refuses; while NOSPACE is raised (by anyone) it
 // refuses what adds data, as etcd's capped applier does, and while CORRUPT
 // is raised it refuses it with etcd's "corrupt cluster". Reads, deletes
 // and compaction never come here.
-func (s *Services) admitWrite(ctx context.Context, role *Role, r any) error {
+func (s *Services) admitQuota(ctx context.Context, role *Role, r any) error {
 	cost := writeCost(r)
 	if cost == 0 {
 		return nil

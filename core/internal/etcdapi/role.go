@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/internal/lease"
@@ -81,7 +82,8 @@ var noLeader = rpctypes.ErrGRPCNoLeader
 // forward sends a call that only the leader serves (writes, compaction,
 // leases) from this follower to the leader, with the caller's metadata, and
 // answers what the leader answered, failures to reach it mapped by
-// forwardErr. Every such call is the same apart from its service and
+// forwardErr; a call that never reached a leader is marked not served
+// (reroute.go). Every such call is the same apart from its service and
 // method, so a handler names just those, e.g.
 //
 //	return forward(ctx, role, pb.NewKVClient, pb.KVClient.Put, r)
@@ -93,10 +95,16 @@ func forward[Client, Req, Resp any](ctx context.Context, role *Role,
 	r Req) (Resp, error) {
 	if role.Leader == nil {
 		var none Resp
-		return none, noLeader
+		return none, &notServed{noLeader}
 	}
-	resp, err := call(newClient(role.Leader), forwardCtx(ctx), r)
+	var to peer.Peer
+	resp, err := call(newClient(role.Leader), forwardCtx(ctx), r, grpc.Peer(&to))
 	if err != nil {
+		if to.Addr == nil {
+			// gRPC had no connection to send it on: the leader never
+			// saw it (reroute.go).
+			return resp, &notServed{forwardErr(err)}
+		}
 		return resp, forwardErr(err)
 	}
 	return resp, nil

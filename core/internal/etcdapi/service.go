@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -39,22 +40,32 @@ type Options struct {
 	// QuotaBackendBytes raises NOSPACE and refuses writes that add data
 	// once the store (a kv.Sizer) would hold this many bytes; 0: no quota.
 	QuotaBackendBytes int64
+	// LeaderWait bounds how long a request that needs the leader waits
+	// for one to be known, or for the next role after this node stopped
+	// leading, before it is answered "no leader" or "leader changed"
+	// (reroute.go); 0 answers at once.
+	LeaderWait time.Duration
+	// OnLeaderWait, if set, is called each time a request starts such a
+	// wait (a metric; tests wait on it).
+	OnLeaderWait func()
 }
 
 // Services implements the etcd v3 gRPC services.
 type Services struct {
-	role     atomic.Pointer[Role]
-	store    kv.Store
-	limits   Limits
-	log      *slog.Logger
-	name     string
-	urls     []string
-	version  string
-	memberID uint64
-	members  func(context.Context) ([]*pb.Member, error)
-	auth     auth.Checker
-	quota    *quota // nil: no quota
-	alarms   alarms
+	role         atomic.Pointer[Role]
+	store        kv.Store
+	limits       Limits
+	log          *slog.Logger
+	name         string
+	urls         []string
+	version      string
+	memberID     uint64
+	members      func(context.Context) ([]*pb.Member, error)
+	auth         auth.Checker
+	quota        *quota // nil: no quota
+	leaderWait   time.Duration
+	onLeaderWait func()
+	alarms       alarms
 	// draining is closed by Drain: long-lived streams end so a graceful
 	// gRPC stop does not wait on them.
 	draining  chan struct{}
@@ -82,6 +93,9 @@ func New(opts Options) *Services {
 		members:  opts.Members,
 		auth:     opts.Auth,
 		draining: make(chan struct{}),
+
+		leaderWait:   opts.LeaderWait,
+		onLeaderWait: opts.OnLeaderWait,
 	}
 	s.membership = opts.Membership
 	s.quota = newQuota(opts.QuotaBackendBytes, opts.Store, opts.Logger)

@@ -35,7 +35,9 @@ var (
 	// engine can apply atomically. Nothing was written.
 	ErrTooLarge = errors.New("mvcc: transaction too large for one atomic commit of the storage engine")
 	// ErrNotLeader means this node may not write: it is a follower, or it
-	// lost the leadership. The write was not applied.
+	// lost the leadership. The write was not applied: the API layer relies
+	// on that to run the request again under the node's next role, so an
+	// error whose outcome is unknown must never wrap it.
 	ErrNotLeader = errors.New("mvcc: not the leader")
 )
 
