@@ -110,6 +110,7 @@ func TestClusterGaleraFaults(t *testing.T) {
 				return
 			}
 			f.readback("quorum back")
+			f.progress(100)
 		},
 	})
 }

@@ -93,6 +93,17 @@ func (f *faults) recovery(h History) string {
 	return strings.Join(parts, ", ")
 }
 
+// progress waits until n more writes were acknowledged, so that a
+// schedule's last event has writes after it in the history (and in
+// recovery's figures) before the load stops.
+func (f *faults) progress(n int) {
+	ctx, cancel := context.WithTimeout(f.run, time.Minute)
+	defer cancel()
+	if err := f.rec.AwaitAcknowledged(ctx, f.rec.Acknowledged()+n); err != nil {
+		f.t.Errorf("no progress after the last event: %v", err)
+	}
+}
+
 // wait pauses the fault schedule for d or until ctx ends; it reports
 // whether the run goes on. (The schedule's pacing, not synchronisation.)
 func (f *faults) wait(ctx context.Context, d time.Duration) bool {
