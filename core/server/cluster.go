@@ -135,6 +135,15 @@ func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 	s.api.SetRole(ls.role(etcdapi.MemberID(s.opts.Name)))
 	s.publishRole(publishedRole{leading: true, leader: s.opts.Name})
 	s.log.Info("serving as leader", "term", term, "revision", ls.backend.Rev(), "recovery", time.Since(start))
+	// The others find this leader now rather than at their next round
+	// (wake.go); their requests wait for it meanwhile.
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		wctx, cancel := context.WithTimeout(ctx, s.leaderWait)
+		defer cancel()
+		s.wakePeers(wctx)
+	}()
 	return nil
 }
 

@@ -58,7 +58,13 @@ func (m membership) MoveLeader(ctx context.Context, target uint64) error {
 	}
 	start := time.Now()
 	s.log.Info("move-leader: handing leadership off", "target", member.Name)
-	switch err := s.elector.Handoff(ctx, member.Name); {
+	// The target looks at the record at once instead of at its next round
+	// (wake.go); writes wait meanwhile.
+	written := func() { go s.wakePeer(ctx, member.Name, member.ClientURLs[0]) }
+	if member.Name == s.opts.Name {
+		written = nil
+	}
+	switch err := s.elector.Handoff(ctx, member.Name, written); {
 	case err == nil:
 		s.log.Info("move-leader: done", "leader", member.Name, "took", time.Since(start))
 		return nil

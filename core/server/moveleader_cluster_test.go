@@ -68,7 +68,9 @@ func TestClusterMoveLeader(t *testing.T) {
 	}
 
 	target := fmt.Sprintf("%x", etcdapi.MemberID(c.names[to]))
+	moveStart := time.Now()
 	out, err := etcdtest.Etcdctl(t, "--endpoints="+c.endpoints(0, 1, 2), "move-leader", target)
+	moveTook := time.Since(moveStart)
 	if err != nil {
 		t.Fatalf("move-leader: %v", err)
 	}
@@ -107,6 +109,15 @@ func TestClusterMoveLeader(t *testing.T) {
 		}
 	}
 	t.Logf("writes with an unknown outcome, by error: %v", unknown)
+	// The writes' pause across the move: the slowest acknowledged write
+	// (they wait, rather than fail, while leadership changes hands).
+	var slowest int64
+	for _, op := range h.Ops {
+		if _, ok := op.Acknowledged(); ok {
+			slowest = max(slowest, op.Return-op.Call)
+		}
+	}
+	t.Logf("etcdctl move-leader took %v (process start included); slowest acknowledged write %v", moveTook.Round(time.Millisecond), time.Duration(slowest).Round(time.Millisecond))
 	if !res.OK() {
 		path := filepath.Join(t.TempDir(), "history.txt")
 		_ = lin.WriteHistory(h, path)

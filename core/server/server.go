@@ -320,9 +320,13 @@ func (ls *leaderState) stop() {
 	_ = ls.backend.Close()
 }
 
-// Register registers the etcd services on gs.
+// Register registers the etcd services on gs, and in cluster mode the
+// members' election wake-up (wake.go).
 func (s *Server) Register(gs *grpc.Server) {
 	s.api.Register(gs)
+	if s.elector != nil {
+		gs.RegisterService(&wakeService, s)
+	}
 	s.methods.register(gs)
 }
 

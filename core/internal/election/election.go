@@ -51,7 +51,10 @@
 // renewing, writes the record again with Handoff set to the target,
 // conditional on the record it read and fenced with its term.
 // The target claims a record handed to it at its next round, without the
-// usual wait, with a new term through the same takeover batch as any claim.
+// usual wait, with a new term through the same takeover batch as any claim;
+// the caller of Handoff wakes the target for that round at once (Wake), and
+// the new leader wakes the others, so leadership changes hands in a few
+// store round trips instead of renew intervals.
 // That keeps the invariant: when the target's lease starts, the old leader's
 // Fence has already failed since before the hand-off record was written, and
 // the new term fails every batch of the old one. Other nodes treat the

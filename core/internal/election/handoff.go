@@ -24,14 +24,26 @@ var ErrHandoffFailed = errors.New("election: the target did not take over")
 // node knows target leads. It fails with ErrNotLeader when this node does
 // not lead; a target equal to this node's ID is already leader. From the
 // call on this node serves no writes (Fence fails); if ctx ends before the
-// loop wrote the hand-off, leadership stays here.
-func (e *Elector) Handoff(ctx context.Context, target string) error {
+// loop wrote the hand-off, leadership stays here. written, if not nil, is
+// called once the hand-off record is committed: the moment to ask the
+// target to look now (its Wake) rather than at its next round.
+func (e *Elector) Handoff(ctx context.Context, target string, written func()) error {
 	req, err := e.askHandoff(target)
 	if err != nil || req == nil {
 		return err
 	}
-	return e.finishHandoff(ctx, req)
+	return e.finishHandoff(ctx, req, written)
 }
+
+// Wake runs a round of the loop now instead of at its next tick. A node
+// that changed the lease record (wrote a hand-off, took over) asks its
+// peers for it, so that they learn without waiting up to a renew interval:
+// the target of a hand-off claims at once, followers find the new leader.
+// Wakes coalesce (at most one extra round is pending however many arrive),
+// and a round costs one read of the lease record; a round never shortens
+// the wait before a takeover, which is timed from when a record was first
+// seen.
+func (e *Elector) Wake() { e.wakeLoop() }
 
 // askHandoff leaves the hand-off to a renewal round of the loop, which it
 // wakes at once: from now on Fence fails, so every moment until the round
@@ -73,7 +85,7 @@ func (e *Elector) signalWake() {
 
 // finishHandoff waits for the loop to write the hand-off, then for the
 // target to lead.
-func (e *Elector) finishHandoff(ctx context.Context, req *handoffReq) error {
+func (e *Elector) finishHandoff(ctx context.Context, req *handoffReq, written func()) error {
 	select {
 	case err := <-req.done:
 		if err != nil {
@@ -92,6 +104,9 @@ func (e *Elector) finishHandoff(ctx context.Context, req *handoffReq) error {
 		if err := <-req.done; err != nil {
 			return fmt.Errorf("election: write the hand-off to %q: %w", req.target, err)
 		}
+	}
+	if written != nil {
+		written()
 	}
 	return e.awaitLeader(ctx, req.target)
 }

@@ -16,7 +16,7 @@ func handoff(t *testing.T, n *node, target string) <-chan error {
 		t.Fatalf("ask hand-off to %s: %v, %v", target, req, err)
 	}
 	res := make(chan error, 1)
-	go func() { res <- n.e.finishHandoff(context.Background(), req) }()
+	go func() { res <- n.e.finishHandoff(context.Background(), req, nil) }()
 	return res
 }
 
@@ -112,11 +112,54 @@ func TestHandoffAnswers(t *testing.T) {
 	a := c.start("a", c.shared)
 	b := c.start("b", c.shared)
 	ctx := context.Background()
-	if err := b.e.Handoff(ctx, "a"); !errors.Is(err, ErrNotLeader) {
+	if err := b.e.Handoff(ctx, "a", nil); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("hand-off from a follower: %v, want ErrNotLeader", err)
 	}
-	if err := a.e.Handoff(ctx, "a"); err != nil {
+	if err := a.e.Handoff(ctx, "a", nil); err != nil {
 		t.Fatalf("hand-off to the leader itself: %v", err)
 	}
 	a.expectLeading(1)
+}
+
+// TestHandoffWokenPeers: with the target and the others woken (Wake) once
+// the hand-off record is written, leadership changes hands and every node
+// knows it without any tick: the hand-off takes store round trips, not
+// renew intervals.
+func TestHandoffWokenPeers(t *testing.T) {
+	c := newCluster(t)
+	a := c.start("a", c.shared)
+	b := c.start("b", c.shared)
+	x := c.start("c", c.shared)
+	c.clk.Advance(testRenew)
+	a.expectLeading(1)
+
+	asked := c.elapsed()
+	req, err := a.e.askHandoff("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan error, 1)
+	woken := make(chan struct{})
+	go func() {
+		res <- a.e.finishHandoff(context.Background(), req, func() { b.e.Wake(); close(woken) })
+	}()
+	<-woken
+	b.clock.WaitIdle()
+	b.expectLeading(2)
+	// b, elected, wakes the others (the server does it from Elected).
+	a.e.Wake()
+	x.e.Wake()
+	if err := result(t, res); err != nil {
+		t.Fatalf("hand-off: %v", err)
+	}
+	if c.elapsed() != asked {
+		t.Fatalf("the hand-off waited %v of clock time, want none", c.elapsed()-asked)
+	}
+	for _, n := range []*node{a, x} {
+		n.clock.WaitIdle()
+		if l, ok := n.e.Leader(); !ok || l.Holder != "b" {
+			t.Fatalf("%s knows leader %+v (%v), want b", n.id, l, ok)
+		}
+	}
+	c.checkInvariant()
 }
