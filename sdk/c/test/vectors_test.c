@@ -237,7 +237,7 @@ static const char *kind_name(int k) {
 /* ---- decode, describe, re-encode ---- */
 
 static int op_code(const char *name) {
-    for (int op = ENGRAM_OP_INIT; op <= ENGRAM_OP_IDLE; op++)
+    for (int op = ENGRAM_OP_INIT; op <= ENGRAM_OP_RECLAIM; op++)
         if (!strcmp(name, engram_op_name(op))) return op;
     return -1;
 }
@@ -348,7 +348,9 @@ static engram_err roundtrip(int op, bool request, const uint8_t *b, size_t n, en
             break;
         }
         case ENGRAM_OP_CLOSE:
-        case ENGRAM_OP_IDLE: {
+        case ENGRAM_OP_IDLE:
+        case ENGRAM_OP_SIZE:
+        case ENGRAM_OP_RECLAIM: {
             engram_empty_req m;
             if ((e = engram_decode_empty_req(b, n, &m))) return e;
             tprintf(t, "deadline=%lld", (long long)m.deadline);
@@ -463,7 +465,14 @@ static engram_err roundtrip(int op, bool request, const uint8_t *b, size_t n, en
             free(r);
             break;
         }
-        default: /* SCAN_CLOSE, COMMIT, CLOSE, IDLE: an empty OK */
+        case ENGRAM_OP_SIZE: {
+            int64_t bytes;
+            if ((e = engram_decode_size(body, bn, &bytes))) return e;
+            tprintf(t, " bytes=%lld", (long long)bytes);
+            ok = engram_encode_size(out, bytes);
+            break;
+        }
+        default: /* SCAN_CLOSE, COMMIT, CLOSE, IDLE, RECLAIM: an empty OK */
             if ((e = engram_decode_empty(body, bn))) return e;
             ok = engram_encode_status(out, ENGRAM_OK);
         }
@@ -694,6 +703,14 @@ static void codec_checks_run(void) {
     /* The manifest is extensible; an error response to INIT is not. */
     expect_err("INIT error with a trailing byte", decode_hex_resp(ENGRAM_OP_INIT, "08" "0161" "00", &out),
                ENGRAM_E_TRAILING);
+    /* SIZE's byte count is an i64; RECLAIM's OK body is empty. */
+    expect_err("size 2^63-1", decode_hex_resp(ENGRAM_OP_SIZE, "00" "ffffffffffffffff7f", &out), ENGRAM_E_OK);
+    expect_err("size 2^63", decode_hex_resp(ENGRAM_OP_SIZE, "00" "80808080808080808001", &out), ENGRAM_E_OVERFLOW);
+    expect_err("size without its count", decode_hex_resp(ENGRAM_OP_SIZE, "00", &out), ENGRAM_E_SHORT);
+    expect_err("NOT_FOUND for SIZE", decode_hex_resp(ENGRAM_OP_SIZE, "01", &out), ENGRAM_E_BAD_VALUE);
+    expect_err("UNCERTAIN for RECLAIM", decode_hex_resp(ENGRAM_OP_RECLAIM, "03" "00", &out), ENGRAM_E_BAD_VALUE);
+    expect_err("RECLAIM OK with a body", decode_hex_resp(ENGRAM_OP_RECLAIM, "00" "00", &out), ENGRAM_E_TRAILING);
+    expect_err("SIZE request with a body", decode_hex_req(ENGRAM_OP_SIZE, "00" "00", &out), ENGRAM_E_TRAILING);
     engram_buf_free(&out);
 }
 
