@@ -143,6 +143,22 @@ func golden() []goldenCase {
 			} {
 				return &EmptyRequest{}
 			}),
+		req("size-request", OpSize, "deadline 1700000000000000000 (2023-11-14T22:13:20Z); the header alone",
+			&EmptyRequest{Header: Header{Deadline: 1700000000000000000}},
+			func() interface {
+				Append([]byte) []byte
+				Decode([]byte) error
+			} {
+				return &EmptyRequest{}
+			}),
+		req("reclaim-request", OpReclaim, "deadline 1700000000000000000 (2023-11-14T22:13:20Z); the header alone",
+			&EmptyRequest{Header: Header{Deadline: 1700000000000000000}},
+			func() interface {
+				Append([]byte) []byte
+				Decode([]byte) error
+			} {
+				return &EmptyRequest{}
+			}),
 		resp("init-response", OpInit,
 			"OK, manifest: name \"memkv\", version \"1.0\", abi_minor 0, model single, max_instances 1, ops 0x3fe (INIT..IDLE), features 1 (partitions), max_commit_ops 0, max_commit_bytes 0, max_scan_batch 1000",
 			AppendManifest(nil, &Manifest{Name: "memkv", Version: "1.0", Model: ModelSingle, MaxInstances: 1, Ops: 0x3fe, Features: FeaturePartitions, MaxScanBatch: 1000}),
@@ -156,6 +172,19 @@ func golden() []goldenCase {
 				return &m, err
 			},
 			&Manifest{Name: "memkv", Version: "1.0", Model: ModelSingle, MaxInstances: 1, Ops: 0x3fe, Features: FeaturePartitions, MaxScanBatch: 1000}),
+		resp("init-response-abi-1.1", OpInit,
+			"OK, manifest: name \"memkv\", version \"1.1\", abi_minor 1, model single, max_instances 1, ops 0xffe (INIT..RECLAIM), features 1 (partitions), max_commit_ops 0, max_commit_bytes 0, max_scan_batch 1000",
+			AppendManifest(nil, &Manifest{Name: "memkv", Version: "1.1", ABIMinor: 1, Model: ModelSingle, MaxInstances: 1, Ops: 0xffe, Features: FeaturePartitions, MaxScanBatch: 1000}),
+			func(b []byte) (any, error) {
+				body, err := split(StatusOK)(b)
+				if err != nil {
+					return nil, err
+				}
+				var m Manifest
+				err = m.Decode(body)
+				return &m, err
+			},
+			&Manifest{Name: "memkv", Version: "1.1", ABIMinor: 1, Model: ModelSingle, MaxInstances: 1, Ops: 0xffe, Features: FeaturePartitions, MaxScanBatch: 1000}),
 		resp("get-response-ok", OpGet, "OK, value \"hello\"",
 			AppendValue(nil, []byte("hello")),
 			func(b []byte) (any, error) {
@@ -222,6 +251,33 @@ func golden() []goldenCase {
 				}
 				return DecodePartitions(body, nil)
 			}, []Range{{Start: []byte{}, End: []byte("m")}, {Start: []byte("m"), End: []byte{}}}),
+		resp("size-response", OpSize, "OK, bytes 5368709120 (5 GiB, more than 32 bits)",
+			AppendSize(nil, 5<<30),
+			func(b []byte) (any, error) {
+				body, err := split(StatusOK)(b)
+				if err != nil {
+					return nil, err
+				}
+				return DecodeSize(body)
+			}, int64(5<<30)),
+		resp("reclaim-response-ok", OpReclaim, "OK, no body",
+			AppendOK(nil),
+			func(b []byte) (any, error) {
+				body, err := split(StatusOK)(b)
+				if err != nil {
+					return nil, err
+				}
+				return body, DecodeEmpty(body)
+			}, []byte{}),
+		resp("reclaim-response-deadline", OpReclaim, "DEADLINE, message \"vacuum ran past the deadline\"",
+			AppendError(nil, StatusDeadline, "vacuum ran past the deadline"),
+			func(b []byte) (any, error) {
+				body, err := split(StatusDeadline)(b)
+				if err != nil {
+					return nil, err
+				}
+				return DecodeMessage(body)
+			}, []byte("vacuum ran past the deadline")),
 	}
 }
 
