@@ -77,6 +77,10 @@ pub struct Dispatcher<S: Store> {
     max_scan_batch: usize,
     /// The store declared PARTITIONS.
     partitions: bool,
+    /// The store declared SIZE.
+    size: bool,
+    /// The store declared RECLAIM.
+    reclaim: bool,
     resp: Vec<u8>,
     /// The decoded ops of the last COMMIT, kept empty between calls so that
     /// its allocation is reused whatever the borrow of the next request
@@ -97,6 +101,8 @@ impl<S: Store> Dispatcher<S> {
             max_resp: DEFAULT_MAX_RESPONSE,
             max_scan_batch: 0,
             partitions: false,
+            size: false,
+            reclaim: false,
             resp: Vec::new(),
             ops: Vec::new(),
             dups: DupFinder::default(),
@@ -173,6 +179,12 @@ impl<S: Store> Dispatcher<S> {
             }
             Opcode::Close => self.close(req),
             Opcode::Idle => self.idle(req),
+            Opcode::Size if self.size => self.size(req),
+            Opcode::Size => self.fail(Status::Unsupported, &["SIZE: the store's manifest does not declare size"]),
+            Opcode::Reclaim if self.reclaim => self.reclaim(req),
+            Opcode::Reclaim => {
+                self.fail(Status::Unsupported, &["RECLAIM: the store's manifest does not declare reclaim"])
+            }
         }
     }
 
@@ -211,6 +223,8 @@ impl<S: Store> Dispatcher<S> {
             Opcode::Partitions => "partitions: ",
             Opcode::Close => "close: ",
             Opcode::Idle => "idle: ",
+            Opcode::Size => "size: ",
+            Opcode::Reclaim => "reclaim: ",
             Opcode::Get | Opcode::Commit => "",
         };
         if !st.allowed_for(op) || st == Status::Ok || st == Status::Conflict {
@@ -246,6 +260,12 @@ impl<S: Store> Dispatcher<S> {
             ops |= Opcode::Partitions.bit();
             features |= FEATURE_PARTITIONS;
         }
+        if man.size {
+            ops |= Opcode::Size.bit();
+        }
+        if man.reclaim {
+            ops |= Opcode::Reclaim.bit();
+        }
         if man.durable {
             features |= FEATURE_DURABLE;
         }
@@ -268,6 +288,8 @@ impl<S: Store> Dispatcher<S> {
         self.resp.push(Status::Ok.code());
         wire.encode(&mut self.resp);
         self.partitions = man.partitions;
+        self.size = man.size;
+        self.reclaim = man.reclaim;
         self.max_scan_batch = man.max_scan_batch as usize;
         self.phase = Phase::Ready;
         0
@@ -474,6 +496,41 @@ impl<S: Store> Dispatcher<S> {
         match self.store.idle(&cx) {
             Ok(()) => self.ok(),
             Err(e) => self.store_error(Opcode::Idle, e),
+        }
+    }
+
+    fn size(&mut self, req: &[u8]) -> usize {
+        let m = match EmptyRequest::decode(req) {
+            Ok(m) => m,
+            Err(e) => return self.bad_request(Opcode::Size, e),
+        };
+        let cx = Ctx::new(m.header.deadline);
+        match self.store.size(&cx) {
+            // The wire field is an i64: a larger count would make the host
+            // refuse the response as malformed and discard the instance.
+            Ok(n) if n > i64::MAX as u64 => {
+                let msg = format!("size: the store reported {n} bytes, over 2^63-1");
+                self.fail(Status::Internal, &[&msg])
+            }
+            Ok(n) => {
+                self.resp.clear();
+                self.resp.push(Status::Ok.code());
+                put_uvarint(&mut self.resp, n);
+                0
+            }
+            Err(e) => self.store_error(Opcode::Size, e),
+        }
+    }
+
+    fn reclaim(&mut self, req: &[u8]) -> usize {
+        let m = match EmptyRequest::decode(req) {
+            Ok(m) => m,
+            Err(e) => return self.bad_request(Opcode::Reclaim, e),
+        };
+        let cx = Ctx::new(m.header.deadline);
+        match self.store.reclaim(&cx) {
+            Ok(()) => self.ok(),
+            Err(e) => self.store_error(Opcode::Reclaim, e),
         }
     }
 
