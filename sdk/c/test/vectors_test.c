@@ -495,8 +495,12 @@ static const struct {
                        "CAS \"k4\" expected=\"o\" value=\"n\" CAD \"k5\" expected=\"o\""},
     {"partitions-request", "deadline=0 start=\"\" end=\"z\" max_parts=4"},
     {"close-request", "deadline=0"},
+    {"size-request", "deadline=1700000000000000000"},
+    {"reclaim-request", "deadline=1700000000000000000"},
     {"init-response", "OK name=\"memkv\" version=\"1.0\" abi_minor=0 model=1 max_instances=1 ops=0x3fe "
                       "features=0x1 max_commit_ops=0 max_commit_bytes=0 max_scan_batch=1000"},
+    {"init-response-abi-1.1", "OK name=\"memkv\" version=\"1.1\" abi_minor=1 model=1 max_instances=1 ops=0xffe "
+                              "features=0x1 max_commit_ops=0 max_commit_bytes=0 max_scan_batch=1000"},
     {"get-response-ok", "OK value=\"hello\""},
     {"get-response-not-found", "NOT_FOUND"},
     {"scan-open-response", "OK id=1 pairs=[\"a\"=\"1\" \"b\"=\"\"] more=1"},
@@ -504,6 +508,9 @@ static const struct {
     {"commit-response-conflict", "CONFLICT index=3 exists=1 current=\"cur\""},
     {"commit-response-uncertain", "UNCERTAIN message=\"timeout\""},
     {"partitions-response", "OK ranges=[[\"\" \"m\") [\"m\" \"\")]"},
+    {"size-response", "OK bytes=5368709120"},
+    {"reclaim-response-ok", "OK"},
+    {"reclaim-response-deadline", "DEADLINE message=\"vacuum ran past the deadline\""},
 };
 
 /* ---- checking one vector ---- */

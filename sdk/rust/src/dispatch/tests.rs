@@ -250,9 +250,9 @@ fn size_and_reclaim() {
         Error::Internal("bug".into()),
     ] {
         d.store_mut().size = Some(Err(e.clone()));
-        assert_eq!(error_of(Opcode::Size, d.dispatch(10, &[0])), (e.status(), format!("size: {}", e.message())));
+        assert_eq!(error_of(Opcode::Size, d.dispatch(10, &[0])), (e.status(), e.message().to_string()));
         d.store_mut().reclaim = Some(Err(e.clone()));
-        assert_eq!(error_of(Opcode::Reclaim, d.dispatch(11, &[0])), (e.status(), format!("reclaim: {}", e.message())));
+        assert_eq!(error_of(Opcode::Reclaim, d.dispatch(11, &[0])), (e.status(), e.message().to_string()));
     }
     // ...the others would be protocol violations: INTERNAL.
     for e in [Error::NotFound, Error::Uncertain("?".into()), Error::Conflict { index: 0, exists: false, current: vec![] }]
