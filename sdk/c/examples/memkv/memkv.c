@@ -426,7 +426,7 @@ static engram_status kv_init(void *self, engram_call *call, const engram_init_in
     s->level = 1;
     s->rng = 0x9e3779b97f4a7c15u;
     m->name = "memkv-c";
-    m->version = "1.0.0";
+    m->version = "1.1.0";
     m->model = ENGRAM_MODEL_SINGLE;
     return ENGRAM_OK;
 }
