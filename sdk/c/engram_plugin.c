@@ -1375,45 +1375,40 @@ static void do_partitions(engram_instance *in, const uint8_t *req, size_t len) {
     memcpy(in->resp.ptr + in->resp_off, head, hl);
 }
 
-static void do_close(engram_instance *in, const uint8_t *req, size_t len) {
+/* Decodes a request that is the header alone into the call's deadline;
+ * false, with the INVALID response written, when it is malformed. */
+static bool header_only(engram_instance *in, const uint8_t *req, size_t len) {
     engram_empty_req m;
     engram_err e = engram_decode_empty_req(req, len, &m);
     if (e) {
         bad_request(in, e);
-        return;
+        return false;
     }
+    in->call.deadline = m.deadline;
+    return true;
+}
+
+static void do_close(engram_instance *in, const uint8_t *req, size_t len) {
+    if (!header_only(in, req, len)) return;
     for (uint32_t i = 0; i < in->nscans; i++)
         if (in->scans[i].id) scan_release(in, &in->scans[i]);
     in->closed = true;
-    in->call.deadline = m.deadline;
     put_status(in, in->vt->close(in->self, &in->call));
 }
 
 static void do_idle(engram_instance *in, const uint8_t *req, size_t len) {
-    engram_empty_req m;
-    engram_err e = engram_decode_empty_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
-    in->call.deadline = m.deadline;
+    if (!header_only(in, req, len)) return;
     put_status(in, in->vt->idle ? in->vt->idle(in->self, &in->call) : ENGRAM_OK);
 }
 
 /* ---- size, reclaim (ABI 1.1) ---- */
 
 static void do_size(engram_instance *in, const uint8_t *req, size_t len) {
-    engram_empty_req m;
-    engram_err e = engram_decode_empty_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (!header_only(in, req, len)) return;
     if (!in->vt->size) {
         fail(in, ENGRAM_UNSUPPORTED, "SIZE: the plugin has no size callback");
         return;
     }
-    in->call.deadline = m.deadline;
     uint64_t bytes = 0;
     engram_status st = in->vt->size(in->self, &in->call, &bytes);
     if (st != ENGRAM_OK) {
@@ -1432,17 +1427,11 @@ static void do_size(engram_instance *in, const uint8_t *req, size_t len) {
 }
 
 static void do_reclaim(engram_instance *in, const uint8_t *req, size_t len) {
-    engram_empty_req m;
-    engram_err e = engram_decode_empty_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (!header_only(in, req, len)) return;
     if (!in->vt->reclaim) {
         fail(in, ENGRAM_UNSUPPORTED, "RECLAIM: the plugin has no reclaim callback");
         return;
     }
-    in->call.deadline = m.deadline;
     put_status(in, in->vt->reclaim(in->self, &in->call));
 }
 

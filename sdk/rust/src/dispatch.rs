@@ -178,10 +178,10 @@ impl<S: Store> Dispatcher<S> {
                 self.fail(Status::Unsupported, &["PARTITIONS: the store's manifest does not declare partitions"])
             }
             Opcode::Close => self.close(req),
-            Opcode::Idle => self.idle(req),
+            Opcode::Idle => self.empty_op(Opcode::Idle, req, S::idle),
             Opcode::Size if self.size => self.size(req),
             Opcode::Size => self.fail(Status::Unsupported, &["SIZE: the store's manifest does not declare size"]),
-            Opcode::Reclaim if self.reclaim => self.reclaim(req),
+            Opcode::Reclaim if self.reclaim => self.empty_op(Opcode::Reclaim, req, S::reclaim),
             Opcode::Reclaim => {
                 self.fail(Status::Unsupported, &["RECLAIM: the store's manifest does not declare reclaim"])
             }
@@ -471,12 +471,32 @@ impl<S: Store> Dispatcher<S> {
         0
     }
 
-    fn close(&mut self, req: &[u8]) -> usize {
-        let m = match EmptyRequest::decode(req) {
-            Ok(m) => m,
-            Err(e) => return self.bad_request(Opcode::Close, e),
+    /// Decodes the body of an op that has only the header: its context,
+    /// or the INVALID response's offset.
+    fn header_only(&mut self, op: Opcode, req: &[u8]) -> Result<Ctx, usize> {
+        match EmptyRequest::decode(req) {
+            Ok(m) => Ok(Ctx::new(m.header.deadline)),
+            Err(e) => Err(self.bad_request(op, e)),
+        }
+    }
+
+    /// Serves a header-only op whose OK body is empty with `call`.
+    fn empty_op(&mut self, op: Opcode, req: &[u8], call: impl FnOnce(&mut S, &Ctx) -> Result<(), Error>) -> usize {
+        let cx = match self.header_only(op, req) {
+            Ok(cx) => cx,
+            Err(at) => return at,
         };
-        let cx = Ctx::new(m.header.deadline);
+        match call(&mut self.store, &cx) {
+            Ok(()) => self.ok(),
+            Err(e) => self.store_error(op, e),
+        }
+    }
+
+    fn close(&mut self, req: &[u8]) -> usize {
+        let cx = match self.header_only(Opcode::Close, req) {
+            Ok(cx) => cx,
+            Err(at) => return at,
+        };
         for (_, open) in std::mem::take(&mut self.scans) {
             self.store.scan_close(open.scan);
         }
@@ -487,24 +507,11 @@ impl<S: Store> Dispatcher<S> {
         }
     }
 
-    fn idle(&mut self, req: &[u8]) -> usize {
-        let m = match EmptyRequest::decode(req) {
-            Ok(m) => m,
-            Err(e) => return self.bad_request(Opcode::Idle, e),
-        };
-        let cx = Ctx::new(m.header.deadline);
-        match self.store.idle(&cx) {
-            Ok(()) => self.ok(),
-            Err(e) => self.store_error(Opcode::Idle, e),
-        }
-    }
-
     fn size(&mut self, req: &[u8]) -> usize {
-        let m = match EmptyRequest::decode(req) {
-            Ok(m) => m,
-            Err(e) => return self.bad_request(Opcode::Size, e),
+        let cx = match self.header_only(Opcode::Size, req) {
+            Ok(cx) => cx,
+            Err(at) => return at,
         };
-        let cx = Ctx::new(m.header.deadline);
         match self.store.size(&cx) {
             // The wire field is an i64: a larger count would make the host
             // refuse the response as malformed and discard the instance.
@@ -519,18 +526,6 @@ impl<S: Store> Dispatcher<S> {
                 0
             }
             Err(e) => self.store_error(Opcode::Size, e),
-        }
-    }
-
-    fn reclaim(&mut self, req: &[u8]) -> usize {
-        let m = match EmptyRequest::decode(req) {
-            Ok(m) => m,
-            Err(e) => return self.bad_request(Opcode::Reclaim, e),
-        };
-        let cx = Ctx::new(m.header.deadline);
-        match self.store.reclaim(&cx) {
-            Ok(()) => self.ok(),
-            Err(e) => self.store_error(Opcode::Reclaim, e),
         }
     }
 
