@@ -413,7 +413,7 @@ func TestMySQLGalera(t *testing.T) {
 	ctx := context.Background()
 	tables := 0
 	// open opens a store through node on table (a fresh one if empty).
-	open := func(t testing.TB, node int, table, extra string, opts StoreOptions) (*Store, string) {
+	open := func(t testing.TB, node int, table, extra string, opts StoreOptions) (Engine, string) {
 		t.Helper()
 		if table == "" {
 			tables++
@@ -445,7 +445,7 @@ func TestMySQLGalera(t *testing.T) {
 		// nodes 2 and 3, which apply it asynchronously: without the wait
 		// a read there can miss it.
 		writer, table := open(t, 0, "", "", StoreOptions{})
-		readers := []*Store{}
+		readers := []Engine{}
 		for _, n := range []int{1, 2} {
 			r, _ := open(t, n, table, "", StoreOptions{})
 			readers = append(readers, r)

@@ -174,7 +174,7 @@ func (e *sqlEnv[S]) table() string {
 
 // open opens a store on a fresh table, with extra settings, closed at
 // cleanup.
-func (e *sqlEnv[S]) open(tb testing.TB, extra string, opts StoreOptions) *Store {
+func (e *sqlEnv[S]) open(tb testing.TB, extra string, opts StoreOptions) Engine {
 	tb.Helper()
 	server, p := e.setup(tb)
 	cfg, addr := e.config(server)
@@ -498,7 +498,7 @@ func sqlUnavailable(t *testing.T, p *Plugin, cfg, addr string, stop func() error
 // scan longer than one batch holds a connection (its snapshot transaction)
 // until it ends; scans may take all but one, so Get and Commit keep
 // working while a scan that finds none left fails cleanly.
-func sqlScanConns(t *testing.T, s *Store) {
+func sqlScanConns(t *testing.T, s Engine) {
 	ctx := context.Background()
 	var ops []kv.Op
 	for i := range 50 {

@@ -133,6 +133,28 @@ type Idler interface {
 	Idle(ctx context.Context) error
 }
 
+// Sizer is optionally implemented by a Store that can tell how many bytes
+// its data takes: on disk for a durable engine, the table(s) it owns for a
+// client of a database, the bytes held for an in-memory one. Implementing
+// it declares ABI 1.1's SIZE, and Engram then reports the size as etcd's
+// DbSize and its db size metric, and enforces quota-backend-bytes with it.
+// Keep it cheap (it is asked for about once a second under writes when a
+// quota is set); a figure from the engine's statistics that lags recent
+// writes is acceptable, a negative one is sent as 0.
+type Sizer interface {
+	Size(ctx context.Context) (int64, error)
+}
+
+// Reclaimer is optionally implemented by a Store whose engine can give back
+// the space deleted data still takes, on request (a compaction, a VACUUM).
+// Implementing it declares ABI 1.1's RECLAIM, which Engram sends for etcd's
+// Defragment. Reclaim must keep every live key readable and every committed
+// write durable, must not hold commits (on other instances) for its whole
+// run, and may take long: ctx carries the caller's deadline.
+type Reclaimer interface {
+	Reclaim(ctx context.Context) error
+}
+
 // RawDispatcher is optionally implemented by a Store that handles requests
 // in their encoded form (a proxy to a server that speaks the ABI's encoding,
 // or a test plugin that must misbehave at the byte level). After INIT, the
