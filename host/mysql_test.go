@@ -41,6 +41,8 @@ func TestMySQL(t *testing.T) {
 		kvtest.Run(t, func(t *testing.T) kv.Store { return mysqlEnv.open(t, "", StoreOptions{}) })
 	})
 
+	t.Run("Space", func(t *testing.T) { mysqlSpace(t, my) })
+
 	t.Run("Manifest", func(t *testing.T) {
 		s := mysqlEnv.open(t, "pool-size=2", StoreOptions{})
 		m, f := s.Manifest(), s.Features()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,8 @@ import (
 
 	"github.com/engramkv/engram/abi"
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/internal/etcdtest"
 )
 
 // TestSizeAndReclaimOverMemkv: memkv declares SIZE and RECLAIM, so its store
@@ -173,4 +176,39 @@ func opCalls(t *testing.T, reg *prometheus.Registry, plugin string, op abi.Op) f
 		}
 	}
 	return 0
+}
+
+// spaceRound serves s with a quota of quota bytes and runs the operator's
+// round on its space (servertest.CheckSpace: DbSize, the size metric, the
+// NOSPACE alarm through etcdctl), then `etcdctl defrag`, which must
+// succeed and reach the engine's reclamation: reclaims counts what the
+// engine did, and must have grown.
+func spaceRound(t *testing.T, s Engine, quota int64, reclaims func() int64) {
+	t.Helper()
+	etcdtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	srv := servertest.Start(t, servertest.Options{Store: s, QuotaBackendBytes: quota, Registerer: reg})
+	servertest.CheckSpace(t, ctx, srv, reg)
+	before := reclaims()
+	if out, err := etcdtest.Etcdctl(t, "--endpoints="+srv.Endpoint, "defrag"); err != nil || !strings.Contains(out, "Finished defragmenting etcd member") {
+		t.Fatalf("etcdctl defrag: %v\n%s", err, out)
+	}
+	if after := reclaims(); after <= before {
+		t.Errorf("etcdctl defrag did not reach the engine's reclamation: %d before, %d after", before, after)
+	}
+}
+
+// TestSpaceRoundOnMemkv: Status, the size metric, the quota and defrag on
+// memkv.wasm, whose RECLAIM calls the host counts.
+func TestSpaceRoundOnMemkv(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	p := loadPlugin(t, "memkv", Options{Registerer: reg})
+	s, err := p.Open(context.Background(), StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	spaceRound(t, s, 1<<20, func() int64 { return int64(opCalls(t, reg, "memkv-wasm", abi.OpReclaim)) })
 }
