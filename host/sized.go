@@ -13,7 +13,8 @@ import (
 // an engine can do by type assertion (kv.Sizer), so whether the store has a
 // Size method must follow the manifest: a Size that always failed would
 // make the core believe a quota is enforced, and publish a size metric,
-// for a plugin that cannot tell its size.
+// for a plugin that cannot tell its size (DESIGN.md, "Size and reclamation
+// through the plugin ABI").
 type Engine interface {
 	kv.Store
 	kv.Reclaimer

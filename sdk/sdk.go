@@ -16,6 +16,11 @@
 // Check it with `engram plugin verify my.wasm --config '...'`, which runs
 // Engram's adaptor conformance suite against it.
 //
+// Optional interfaces on the Store declare optional ops in the manifest:
+// Partitioner (PARTITIONS), Idler (IDLE), and since ABI 1.1 Sizer (SIZE:
+// etcd's DbSize and the backend quota) and Reclaimer (RECLAIM: etcd's
+// Defragment).
+//
 // This package owns the plugin side of the ABI (../abi/ABI.md): the exports
 // kvp_abi_version, kvp_buffer and kvp_dispatch, decoding requests, encoding
 // responses, mapping errors to statuses, and Go-friendly wrappers of the host

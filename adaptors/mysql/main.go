@@ -11,7 +11,9 @@
 // transaction in which conditions are checked by the writes themselves
 // (INSERT IGNORE, UPDATE/DELETE ... AND value = expected, counted with
 // CLIENT_FOUND_ROWS), in key order so that concurrent batches lock rows in
-// the same order, and a failed one rolls everything back. It must not keep
+// the same order, and a failed one rolls everything back; SIZE is the
+// table's DATA_LENGTH + INDEX_LENGTH (lagging InnoDB's statistics) and
+// RECLAIM is OPTIMIZE TABLE, except on Galera (space.go). It must not keep
 // any state but connections between calls (the instance model is pooled:
 // instances are interchangeable and may be replaced at any time), must not
 // start goroutines that need to run between calls, and must not resolve

@@ -56,7 +56,8 @@ func (s *store) Size(ctx context.Context) (int64, error) {
 // commits for the whole rebuild, which kv.Reclaimer forbids. InnoDB reuses
 // the pages deletes free on its own; an operator who wants the files to
 // shrink runs the statement in a maintenance window (or node by node with
-// wsrep_OSU_method=RSU).
+// wsrep_OSU_method=RSU). DESIGN.md, "Size and reclamation through the
+// plugin ABI".
 func (s *store) Reclaim(ctx context.Context) error {
 	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
 		on, _, err := c.queryTwo(`SELECT @@wsrep_on, NULL`)

@@ -26,7 +26,8 @@ func (s *store) Size(ctx context.Context) (int64, error) {
 // Reclaim runs a plain VACUUM of the table (etcd's Defragment): dead rows'
 // space becomes reusable, and trailing empty pages go back to the file
 // system. It is not VACUUM FULL, which would hold every commit for the
-// whole rewrite (see statements.vacuum). VACUUM cannot run in a
+// whole rewrite (see statements.vacuum; DESIGN.md, "Size and reclamation
+// through the plugin ABI"). VACUUM cannot run in a
 // transaction, so it goes alone on an idle connection through the simple
 // protocol; the request's deadline becomes its statement_timeout, so that
 // a VACUUM cut off by the deadline stops in the server too instead of
