@@ -22,7 +22,8 @@ type remoteServer struct {
 	store kv.Store
 	ln    net.Listener
 	wg    sync.WaitGroup
-	// size is SIZE's answer; reclaims counts RECLAIMs served.
+	// size is SIZE's answer (UNAVAILABLE when negative); reclaims counts
+	// RECLAIMs served.
 	size     atomic.Int64
 	reclaims atomic.Int64
 }
@@ -173,7 +174,12 @@ func (r *remoteServer) serve(c net.Conn) {
 				resp = abi.AppendOK(nil)
 			}
 		case abi.OpSize:
-			resp = abi.AppendSize(nil, r.size.Load())
+			// A negative size set by a test answers UNAVAILABLE.
+			if n := r.size.Load(); n < 0 {
+				resp = abi.AppendError(nil, abi.StatusUnavailable, "size unknown for now")
+			} else {
+				resp = abi.AppendSize(nil, n)
+			}
 		case abi.OpReclaim:
 			r.reclaims.Add(1)
 			resp = abi.AppendOK(nil)

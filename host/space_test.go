@@ -103,8 +103,8 @@ func TestUndeclaredSpaceOps(t *testing.T) {
 	}
 }
 
-// TestFaultySpaceOps: SIZE and RECLAIM are forwarded like any op, and an
-// instance that crashes, answers garbage or overruns its deadline in
+// TestFaultySpaceOps: SIZE and RECLAIM are forwarded like any op, a status
+// answer maps to its error as for any op, and an instance that crashes, answers garbage or overruns its deadline in
 // either is discarded and replaced like in any other op, the caller
 // getting a clean error and the data staying intact.
 func TestFaultySpaceOps(t *testing.T) {
@@ -116,6 +116,11 @@ func TestFaultySpaceOps(t *testing.T) {
 	}
 	if n, err := sz.Size(); n != 12345 || err != nil {
 		t.Errorf("Size = %d, %v; the remote says 12345", n, err)
+	}
+	e.srv.size.Store(-1)
+	before := e.store.Stats().Failures
+	if _, err := sz.Size(); !errors.Is(err, ErrUnavailable) || e.store.Stats().Failures != before {
+		t.Errorf("Size answered UNAVAILABLE: %v (failures %d -> %d); want ErrUnavailable, the instance kept", err, before, e.store.Stats().Failures)
 	}
 	if err := e.store.Reclaim(context.Background()); err != nil || e.srv.reclaims.Load() != 1 {
 		t.Errorf("Reclaim: %v, the remote served %d RECLAIMs, want 1", err, e.srv.reclaims.Load())
