@@ -23,7 +23,7 @@ const Major = 1
 // detected through Manifest.Ops), new trailing fields in the handshake
 // messages, new feature bits. A plugin reports the minor it was built
 // against in Manifest.ABIMinor, for diagnostics only.
-const Minor = 0
+const Minor = 1
 
 // Export names a plugin must (or, for Initialize, should) provide.
 const (
@@ -142,8 +142,9 @@ const (
 // Op is the op code passed to kvp_dispatch.
 type Op uint8
 
-// The ops of ABI 1.0. Codes are never reused; new ops get new codes and are
-// feature-detected through Manifest.Ops.
+// The ops of ABI 1.0 (INIT..IDLE) and 1.1 (SIZE, RECLAIM). Codes are never
+// reused; new ops get new codes and are feature-detected through
+// Manifest.Ops.
 const (
 	OpInit       Op = 1
 	OpGet        Op = 2
@@ -154,10 +155,17 @@ const (
 	OpPartitions Op = 7
 	OpClose      Op = 8
 	OpIdle       Op = 9
+	// OpSize asks for the bytes the engine's data takes (kv.Sizer);
+	// optional, since ABI 1.1.
+	OpSize Op = 10
+	// OpReclaim asks the engine to reclaim space now (kv.Reclaimer);
+	// optional, since ABI 1.1.
+	OpReclaim Op = 11
 )
 
-// maxOp is the highest op code this package knows.
-const maxOp = OpIdle
+// MaxOp is the highest op code this package knows, for tables indexed by
+// op.
+const MaxOp = OpReclaim
 
 func (o Op) String() string {
 	switch o {
@@ -179,6 +187,10 @@ func (o Op) String() string {
 		return "CLOSE"
 	case OpIdle:
 		return "IDLE"
+	case OpSize:
+		return "SIZE"
+	case OpReclaim:
+		return "RECLAIM"
 	}
 	return "OP(" + itoa(uint64(o)) + ")"
 }

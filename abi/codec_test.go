@@ -130,3 +130,27 @@ func FuzzDecoders(f *testing.F) {
 		_, _ = DecodeMessage(b)
 	})
 }
+
+// TestSizeBody: SIZE's byte count is an i64, so 2^63 is malformed, a body
+// without it is short, one with more is trailing, and a negative size the
+// engine computed is sent as 0 rather than as a field no decoder accepts.
+func TestSizeBody(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		body []byte
+		want error
+	}{
+		{"2^63-1", AppendUvarint(nil, math.MaxInt64), nil},
+		{"2^63", AppendUvarint(nil, 1<<63), ErrOverflow},
+		{"empty", nil, ErrShort},
+		{"trailing", []byte{1, 0}, ErrTrailing},
+	} {
+		if _, err := DecodeSize(c.body); !errors.Is(err, c.want) {
+			t.Errorf("%s: err = %v, want %v", c.name, err, c.want)
+		}
+	}
+	n, err := DecodeSize(AppendSize(nil, -5)[1:])
+	if n != 0 || err != nil {
+		t.Errorf("AppendSize(-5) decodes as %d, %v; want 0", n, err)
+	}
+}

@@ -350,7 +350,8 @@ func (m *PartitionsRequest) Decode(b []byte) error {
 	return r.Finish()
 }
 
-// EmptyRequest is the body of OpClose and OpIdle: the header alone.
+// EmptyRequest is the body of OpClose, OpIdle, OpSize and OpReclaim: the
+// header alone.
 type EmptyRequest struct {
 	Header
 }
@@ -531,8 +532,22 @@ func AppendManifest(b []byte, m *Manifest) []byte {
 	return m.Append(append(b, byte(StatusOK)))
 }
 
+// AppendSize appends the whole OK response of OpSize: the bytes the
+// engine's data takes. A negative n is encoded as 0: a size is never
+// negative, and an encoder must not emit an i64 field >= 2^63.
+func AppendSize(b []byte, n int64) []byte {
+	return AppendUvarint(append(b, byte(StatusOK)), uint64(max(n, 0)))
+}
+
+// DecodeSize decodes the body of an OK response to OpSize.
+func DecodeSize(body []byte) (int64, error) {
+	r := NewReader(body)
+	n := r.Int64()
+	return n, r.Finish()
+}
+
 // AppendOK appends an OK response with an empty body (COMMIT, SCAN_CLOSE,
-// CLOSE, IDLE).
+// CLOSE, IDLE, RECLAIM).
 func AppendOK(b []byte) []byte { return append(b, byte(StatusOK)) }
 
 // DecodeEmpty checks that an OK body is empty.

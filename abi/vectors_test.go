@@ -12,6 +12,12 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/vectors.json from the cases in vectors_test.go")
 
+// message is a request type of the codec.
+type message interface {
+	Append([]byte) []byte
+	Decode([]byte) error
+}
+
 // goldenCase is a vector together with the Go value it encodes and a
 // decoder that turns bytes back into a comparable value.
 type goldenCase struct {
@@ -22,13 +28,7 @@ type goldenCase struct {
 }
 
 func golden() []goldenCase {
-	req := func(name string, op Op, note string, m interface {
-		Append([]byte) []byte
-		Decode([]byte) error
-	}, fresh func() interface {
-		Append([]byte) []byte
-		Decode([]byte) error
-	}) goldenCase {
+	req := func(name string, op Op, note string, m message, fresh func() message) goldenCase {
 		return goldenCase{
 			Vector: Vector{Name: name, Op: op.String(), Direction: "request", Note: note},
 			encode: func() []byte { return m.Append(nil) },
@@ -70,46 +70,40 @@ func golden() []goldenCase {
 			return body, nil
 		}
 	}
+	decodeManifest := func(b []byte) (any, error) {
+		body, err := split(StatusOK)(b)
+		if err != nil {
+			return nil, err
+		}
+		var m Manifest
+		err = m.Decode(body)
+		return &m, err
+	}
 	return []goldenCase{
 		req("init-request", OpInit,
 			"deadline 1700000000000000000 (2023-11-14T22:13:20Z), config \"dsn=x\", host_flags 1 (net), instance 2, max_response 67108864",
 			&InitRequest{Header: Header{Deadline: 1700000000000000000}, Config: []byte("dsn=x"), HostFlags: HostFlagNet, Instance: 2, MaxResponse: 64 << 20},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &InitRequest{}
 			}),
 		req("get-request", OpGet, "no deadline, key \"a\\x00\\xff\"",
 			&GetRequest{Key: []byte("a\x00\xff")},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &GetRequest{}
 			}),
 		req("scan-open-request", OpScanOpen, "deadline 1, start \"a\", end \"b\", reverse, limit 300, batch_size 128",
 			&ScanOpenRequest{Header: Header{Deadline: 1}, Start: []byte("a"), End: []byte("b"), Reverse: true, Limit: 300, BatchSize: 128},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &ScanOpenRequest{}
 			}),
 		req("scan-next-request", OpScanNext, "no deadline, scan_id 7, batch_size 0",
 			&ScanNextRequest{ID: 7},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &ScanNextRequest{}
 			}),
 		req("scan-close-request", OpScanClose, "no deadline, scan_id 200",
 			&ScanCloseRequest{ID: 200},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &ScanCloseRequest{}
 			}),
 		req("commit-request", OpCommit,
@@ -121,41 +115,39 @@ func golden() []goldenCase {
 				{Kind: KindCompareAndSwap, Key: []byte("k4"), Expected: []byte("o"), Value: []byte("n")},
 				{Kind: KindCompareAndDelete, Key: []byte("k5"), Expected: []byte("o")},
 			}},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &CommitRequest{}
 			}),
 		req("partitions-request", OpPartitions, "no deadline, start \"\", end \"z\", max_parts 4",
 			&PartitionsRequest{End: []byte("z"), MaxParts: 4},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
 				return &PartitionsRequest{}
 			}),
 		req("close-request", OpClose, "no deadline",
 			&EmptyRequest{},
-			func() interface {
-				Append([]byte) []byte
-				Decode([]byte) error
-			} {
+			func() message {
+				return &EmptyRequest{}
+			}),
+		req("size-request", OpSize, "deadline 1700000000000000000 (2023-11-14T22:13:20Z); the header alone",
+			&EmptyRequest{Header: Header{Deadline: 1700000000000000000}},
+			func() message {
+				return &EmptyRequest{}
+			}),
+		req("reclaim-request", OpReclaim, "deadline 1700000000000000000 (2023-11-14T22:13:20Z); the header alone",
+			&EmptyRequest{Header: Header{Deadline: 1700000000000000000}},
+			func() message {
 				return &EmptyRequest{}
 			}),
 		resp("init-response", OpInit,
 			"OK, manifest: name \"memkv\", version \"1.0\", abi_minor 0, model single, max_instances 1, ops 0x3fe (INIT..IDLE), features 1 (partitions), max_commit_ops 0, max_commit_bytes 0, max_scan_batch 1000",
 			AppendManifest(nil, &Manifest{Name: "memkv", Version: "1.0", Model: ModelSingle, MaxInstances: 1, Ops: 0x3fe, Features: FeaturePartitions, MaxScanBatch: 1000}),
-			func(b []byte) (any, error) {
-				body, err := split(StatusOK)(b)
-				if err != nil {
-					return nil, err
-				}
-				var m Manifest
-				err = m.Decode(body)
-				return &m, err
-			},
+			decodeManifest,
 			&Manifest{Name: "memkv", Version: "1.0", Model: ModelSingle, MaxInstances: 1, Ops: 0x3fe, Features: FeaturePartitions, MaxScanBatch: 1000}),
+		resp("init-response-abi-1.1", OpInit,
+			"OK, manifest: name \"memkv\", version \"1.1\", abi_minor 1, model single, max_instances 1, ops 0xffe (INIT..RECLAIM), features 1 (partitions), max_commit_ops 0, max_commit_bytes 0, max_scan_batch 1000",
+			AppendManifest(nil, &Manifest{Name: "memkv", Version: "1.1", ABIMinor: 1, Model: ModelSingle, MaxInstances: 1, Ops: 0xffe, Features: FeaturePartitions, MaxScanBatch: 1000}),
+			decodeManifest,
+			&Manifest{Name: "memkv", Version: "1.1", ABIMinor: 1, Model: ModelSingle, MaxInstances: 1, Ops: 0xffe, Features: FeaturePartitions, MaxScanBatch: 1000}),
 		resp("get-response-ok", OpGet, "OK, value \"hello\"",
 			AppendValue(nil, []byte("hello")),
 			func(b []byte) (any, error) {
@@ -222,6 +214,33 @@ func golden() []goldenCase {
 				}
 				return DecodePartitions(body, nil)
 			}, []Range{{Start: []byte{}, End: []byte("m")}, {Start: []byte("m"), End: []byte{}}}),
+		resp("size-response", OpSize, "OK, bytes 5368709120 (5 GiB, more than 32 bits)",
+			AppendSize(nil, 5<<30),
+			func(b []byte) (any, error) {
+				body, err := split(StatusOK)(b)
+				if err != nil {
+					return nil, err
+				}
+				return DecodeSize(body)
+			}, int64(5<<30)),
+		resp("reclaim-response-ok", OpReclaim, "OK, no body",
+			AppendOK(nil),
+			func(b []byte) (any, error) {
+				body, err := split(StatusOK)(b)
+				if err != nil {
+					return nil, err
+				}
+				return body, DecodeEmpty(body)
+			}, []byte{}),
+		resp("reclaim-response-deadline", OpReclaim, "DEADLINE, message \"vacuum ran past the deadline\"",
+			AppendError(nil, StatusDeadline, "vacuum ran past the deadline"),
+			func(b []byte) (any, error) {
+				body, err := split(StatusDeadline)(b)
+				if err != nil {
+					return nil, err
+				}
+				return DecodeMessage(body)
+			}, []byte("vacuum ran past the deadline")),
 	}
 }
 

@@ -110,7 +110,7 @@ func BenchmarkInstance(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for b.Loop() {
-		s, err := p.Open(ctx, StoreOptions{IdleInterval: -1})
+		s, err := p.open(ctx, StoreOptions{IdleInterval: -1})
 		if err != nil {
 			b.Fatal(err)
 		}

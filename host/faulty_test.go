@@ -18,7 +18,8 @@ import (
 // faultyEnv is the faulty plugin in front of a remote store the test owns.
 type faultyEnv struct {
 	remote kv.Store
-	store  *Store
+	srv    *remoteServer
+	store  Engine
 	reg    *prometheus.Registry
 	p      *Plugin
 	// logged receives a value after the plugin logs anything (at most one
@@ -28,6 +29,13 @@ type faultyEnv struct {
 
 func newFaulty(t *testing.T, opts Options, pool int) *faultyEnv {
 	t.Helper()
+	return newFaultyConfig(t, opts, pool, "")
+}
+
+// newFaultyConfig is newFaulty with more of the plugin's configuration
+// (space=WORD).
+func newFaultyConfig(t *testing.T, opts Options, pool int, config string) *faultyEnv {
+	t.Helper()
 	remote := memkv.New()
 	srv := startRemote(t, remote)
 	reg := prometheus.NewRegistry()
@@ -36,7 +44,7 @@ func newFaulty(t *testing.T, opts Options, pool int) *faultyEnv {
 	opts.Logger = slog.New(notifyHandler{inner: testLogger(t).Handler(), logged: logged})
 	p := loadPlugin(t, "faulty", opts)
 	s, err := p.Open(context.Background(), StoreOptions{
-		Config:           []byte("addr=" + srv.addr),
+		Config:           []byte("addr=" + srv.addr + " " + config),
 		PoolSize:         pool,
 		AllowedAddresses: []string{srv.addr},
 		CallTimeout:      5 * time.Second,
@@ -48,7 +56,7 @@ func newFaulty(t *testing.T, opts Options, pool int) *faultyEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	return &faultyEnv{remote: remote, store: s, reg: reg, p: p, logged: logged}
+	return &faultyEnv{remote: remote, srv: srv, store: s, reg: reg, p: p, logged: logged}
 }
 
 // notifyHandler passes records to inner and signals logged after each one,

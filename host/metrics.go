@@ -90,7 +90,7 @@ type opMetrics struct {
 type storeMetrics struct {
 	m            *metrics
 	plugin       string
-	ops          [abi.OpIdle + 1]opMetrics
+	ops          [abi.MaxOp + 1]opMetrics
 	traps        prometheus.Counter
 	replacements prometheus.Counter
 	instances    prometheus.Gauge
@@ -106,7 +106,7 @@ func (m *metrics) forStore(plugin string) *storeMetrics {
 		instances:    m.instances.WithLabelValues(plugin),
 		memory:       m.memory.WithLabelValues(plugin),
 	}
-	for op := abi.OpInit; op <= abi.OpIdle; op++ {
+	for op := abi.OpInit; op <= abi.MaxOp; op++ {
 		sm.ops[op] = opMetrics{
 			calls:   m.calls.WithLabelValues(plugin, op.String()),
 			latency: m.latency.WithLabelValues(plugin, op.String()),

@@ -41,6 +41,8 @@ func TestMySQL(t *testing.T) {
 		kvtest.Run(t, func(t *testing.T) kv.Store { return mysqlEnv.open(t, "", StoreOptions{}) })
 	})
 
+	t.Run("Space", func(t *testing.T) { mysqlSpace(t, my) })
+
 	t.Run("Manifest", func(t *testing.T) {
 		s := mysqlEnv.open(t, "pool-size=2", StoreOptions{})
 		m, f := s.Manifest(), s.Features()
@@ -413,7 +415,7 @@ func TestMySQLGalera(t *testing.T) {
 	ctx := context.Background()
 	tables := 0
 	// open opens a store through node on table (a fresh one if empty).
-	open := func(t testing.TB, node int, table, extra string, opts StoreOptions) (*Store, string) {
+	open := func(t testing.TB, node int, table, extra string, opts StoreOptions) (Engine, string) {
 		t.Helper()
 		if table == "" {
 			tables++
@@ -445,7 +447,7 @@ func TestMySQLGalera(t *testing.T) {
 		// nodes 2 and 3, which apply it asynchronously: without the wait
 		// a read there can miss it.
 		writer, table := open(t, 0, "", "", StoreOptions{})
-		readers := []*Store{}
+		readers := []Engine{}
 		for _, n := range []int{1, 2} {
 			r, _ := open(t, n, table, "", StoreOptions{})
 			readers = append(readers, r)

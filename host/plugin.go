@@ -11,7 +11,9 @@
 // (any trap, error or malformed response discards the instance; a pooled
 // plugin gets a replacement, a single-instance plugin's store fails closed
 // because its data died with the instance), the memory limit, logs and
-// Prometheus metrics.
+// Prometheus metrics. The optional ops follow the manifest: a store is a
+// kv.Sizer only when its plugin declares SIZE (a *SizedStore), and Reclaim
+// sends RECLAIM only when declared, succeeding without work otherwise.
 //
 // It must not compile on a request path, must not trust anything a plugin
 // returns (every length and pointer is checked, every body fully decoded

@@ -43,6 +43,8 @@ func TestPostgres(t *testing.T) {
 		kvtest.Run(t, func(t *testing.T) kv.Store { return postgresEnv.open(t, "", StoreOptions{}) })
 	})
 
+	t.Run("Space", func(t *testing.T) { postgresSpace(t, pg) })
+
 	t.Run("Manifest", func(t *testing.T) {
 		s := postgresEnv.open(t, "pool-size=2", StoreOptions{})
 		m, f := s.Manifest(), s.Features()
@@ -174,11 +176,19 @@ func (e *sqlEnv[S]) table() string {
 
 // open opens a store on a fresh table, with extra settings, closed at
 // cleanup.
-func (e *sqlEnv[S]) open(tb testing.TB, extra string, opts StoreOptions) *Store {
+func (e *sqlEnv[S]) open(tb testing.TB, extra string, opts StoreOptions) Engine {
+	tb.Helper()
+	s, _ := e.openTable(tb, extra, opts)
+	return s
+}
+
+// openTable is open that also returns the table's name.
+func (e *sqlEnv[S]) openTable(tb testing.TB, extra string, opts StoreOptions) (Engine, string) {
 	tb.Helper()
 	server, p := e.setup(tb)
 	cfg, addr := e.config(server)
-	opts.Config = fmt.Appendf(nil, "%s table=%s %s", cfg, e.table(), extra)
+	table := e.table()
+	opts.Config = fmt.Appendf(nil, "%s table=%s %s", cfg, table, extra)
 	opts.AllowedAddresses = []string{addr}
 	if opts.PoolSize == 0 {
 		opts.PoolSize = 2
@@ -188,7 +198,7 @@ func (e *sqlEnv[S]) open(tb testing.TB, extra string, opts StoreOptions) *Store 
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return s, table
 }
 
 // benchSQLAdaptor runs the Get and Commit3 benchmarks on s; seq numbers
@@ -498,7 +508,7 @@ func sqlUnavailable(t *testing.T, p *Plugin, cfg, addr string, stop func() error
 // scan longer than one batch holds a connection (its snapshot transaction)
 // until it ends; scans may take all but one, so Get and Commit keep
 // working while a scan that finds none left fails cleanly.
-func sqlScanConns(t *testing.T, s *Store) {
+func sqlScanConns(t *testing.T, s Engine) {
 	ctx := context.Background()
 	var ops []kv.Op
 	for i := range 50 {

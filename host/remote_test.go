@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/engramkv/engram/abi"
@@ -21,6 +22,10 @@ type remoteServer struct {
 	store kv.Store
 	ln    net.Listener
 	wg    sync.WaitGroup
+	// size is SIZE's answer (UNAVAILABLE when negative); reclaims counts
+	// RECLAIMs served.
+	size     atomic.Int64
+	reclaims atomic.Int64
 }
 
 func startRemote(t *testing.T, store kv.Store) *remoteServer {
@@ -168,6 +173,16 @@ func (r *remoteServer) serve(c net.Conn) {
 			} else {
 				resp = abi.AppendOK(nil)
 			}
+		case abi.OpSize:
+			// A negative size set by a test answers UNAVAILABLE.
+			if n := r.size.Load(); n < 0 {
+				resp = abi.AppendError(nil, abi.StatusUnavailable, "size unknown for now")
+			} else {
+				resp = abi.AppendSize(nil, n)
+			}
+		case abi.OpReclaim:
+			r.reclaims.Add(1)
+			resp = abi.AppendOK(nil)
 		default:
 			resp = abi.AppendError(nil, abi.StatusUnsupported, "unsupported op")
 		}

@@ -91,8 +91,17 @@ type waiter struct {
 }
 
 // Open starts a store on the plugin: it instantiates and INITs the pool,
-// checks the manifest, and returns once every instance is ready.
-func (p *Plugin) Open(ctx context.Context, opts StoreOptions) (*Store, error) {
+// checks the manifest, and returns once every instance is ready. The
+// result is a *Store, or a *SizedStore when the plugin declares SIZE.
+func (p *Plugin) Open(ctx context.Context, opts StoreOptions) (Engine, error) {
+	s, err := p.open(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.engine(), nil
+}
+
+func (p *Plugin) open(ctx context.Context, opts StoreOptions) (*Store, error) {
 	s := &Store{p: p, opts: opts, log: p.log, allowed: map[string]struct{}{}}
 	s.callTimeout = cmpOr(opts.CallTimeout, DefaultCallTimeout)
 	s.abortGrace = cmpOr(opts.AbortGrace, DefaultAbortGrace)
@@ -144,19 +153,19 @@ func (p *Plugin) Open(ctx context.Context, opts StoreOptions) (*Store, error) {
 }
 
 // OpenFile loads the plugin at path and opens a store that owns it: closing
-// the store closes the plugin.
-func OpenFile(ctx context.Context, path string, opts Options, sopts StoreOptions) (*Store, error) {
+// the store closes the plugin. The result is as Open's.
+func OpenFile(ctx context.Context, path string, opts Options, sopts StoreOptions) (Engine, error) {
 	p, err := Load(ctx, path, opts)
 	if err != nil {
 		return nil, err
 	}
-	s, err := p.Open(ctx, sopts)
+	s, err := p.open(ctx, sopts)
 	if err != nil {
 		_ = p.Close(context.Background())
 		return nil, err
 	}
 	s.ownsPlugin = true
-	return s, nil
+	return s.engine(), nil
 }
 
 func cmpOr[T int | time.Duration](v, def T) T {
@@ -230,7 +239,7 @@ func checkManifest(m *abi.Manifest) error {
 	}
 	if missing := abi.RequiredOps &^ m.Ops; missing != 0 {
 		var names []string
-		for op := abi.OpInit; op <= abi.OpIdle; op++ {
+		for op := abi.OpInit; op <= abi.MaxOp; op++ {
 			if missing&op.Bit() != 0 {
 				names = append(names, op.String())
 			}
@@ -493,7 +502,12 @@ func (s *Store) updateMemory() {
 // returned as an *Error.
 func (s *Store) call(ctx context.Context, in *instance, op abi.Op, encode func(b []byte, h abi.Header) []byte) (abi.Status, []byte, error) {
 	now := time.Now()
-	dl := s.deadlineAt(ctx, now)
+	return s.callUntil(ctx, in, op, now, s.deadlineAt(ctx, now), encode)
+}
+
+// callUntil is call with the deadline dl instead of the store's call
+// timeout, for calls that may rightly run longer (RECLAIM).
+func (s *Store) callUntil(ctx context.Context, in *instance, op abi.Op, now, dl time.Time, encode func(b []byte, h abi.Header) []byte) (abi.Status, []byte, error) {
 	in.scratch = encode(in.scratch[:0], abi.Header{Deadline: dl.UnixNano()})
 	st, body, f := in.roundTrip(ctx, op, in.scratch, now, dl)
 	took := time.Since(now)

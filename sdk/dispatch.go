@@ -98,6 +98,10 @@ func (d *dispatcher) dispatch(op abi.Op, req []byte) []byte {
 		return d.close(req)
 	case abi.OpIdle:
 		return d.idle(req)
+	case abi.OpSize:
+		return d.size(req)
+	case abi.OpReclaim:
+		return d.reclaim(req)
 	}
 	return d.fail(abi.StatusUnsupported, fmt.Sprintf("op %v is not supported by this SDK", op))
 }
@@ -218,6 +222,12 @@ func (d *dispatcher) init(req []byte) []byte {
 	if _, ok := d.store.(Partitioner); ok {
 		ops |= abi.OpPartitions.Bit()
 		features |= abi.FeaturePartitions
+	}
+	if _, ok := d.store.(Sizer); ok {
+		ops |= abi.OpSize.Bit()
+	}
+	if _, ok := d.store.(Reclaimer); ok {
+		ops |= abi.OpReclaim.Bit()
 	}
 	if man.Durable {
 		features |= abi.FeatureDurable

@@ -60,22 +60,7 @@ func (s *sliceIter) Close() error { return nil }
 // the SDK's dispatcher and checks the responses against the golden response
 // vectors, so the SDK and the spec cannot drift apart.
 func TestGoldenVectors(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("..", "abi", abi.VectorsPath))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var vs []abi.Vector
-	if err := json.Unmarshal(raw, &vs); err != nil {
-		t.Fatal(err)
-	}
-	vec := map[string][]byte{}
-	for _, v := range vs {
-		b, err := hex.DecodeString(v.Hex)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vec[v.Name] = b
-	}
+	vec := goldenVectors(t)
 	f := &fakeStore{}
 	d := newDispatcher(f)
 	resp := d.dispatch(abi.OpInit, vec["init-request"])
@@ -118,4 +103,26 @@ func TestGoldenVectors(t *testing.T) {
 	if resp := d.dispatch(abi.OpClose, vec["close-request"]); !bytes.Equal(resp, abi.AppendOK(nil)) {
 		t.Errorf("CLOSE: %x", resp)
 	}
+}
+
+// goldenVectors reads the abi module's golden vectors by name.
+func goldenVectors(t *testing.T) map[string][]byte {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "abi", abi.VectorsPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []abi.Vector
+	if err := json.Unmarshal(raw, &vs); err != nil {
+		t.Fatal(err)
+	}
+	vec := map[string][]byte{}
+	for _, v := range vs {
+		b, err := hex.DecodeString(v.Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vec[v.Name] = b
+	}
+	return vec
 }

@@ -16,6 +16,11 @@
 // Check it with `engram plugin verify my.wasm --config '...'`, which runs
 // Engram's adaptor conformance suite against it.
 //
+// Optional interfaces on the Store declare optional ops in the manifest:
+// Partitioner (PARTITIONS), Idler (IDLE), and since ABI 1.1 Sizer (SIZE:
+// etcd's DbSize and the backend quota) and Reclaimer (RECLAIM: etcd's
+// Defragment).
+//
 // This package owns the plugin side of the ABI (../abi/ABI.md): the exports
 // kvp_abi_version, kvp_buffer and kvp_dispatch, decoding requests, encoding
 // responses, mapping errors to statuses, and Go-friendly wrappers of the host
@@ -131,6 +136,28 @@ type Partitioner interface {
 // also lets the Go runtime run its garbage collector then.
 type Idler interface {
 	Idle(ctx context.Context) error
+}
+
+// Sizer is optionally implemented by a Store that can tell how many bytes
+// its data takes: on disk for a durable engine, the table(s) it owns for a
+// client of a database, the bytes held for an in-memory one. Implementing
+// it declares ABI 1.1's SIZE, and Engram then reports the size as etcd's
+// DbSize and its db size metric, and enforces quota-backend-bytes with it.
+// Keep it cheap (it is asked for about once a second under writes when a
+// quota is set); a figure from the engine's statistics that lags recent
+// writes is acceptable, a negative one is sent as 0.
+type Sizer interface {
+	Size(ctx context.Context) (int64, error)
+}
+
+// Reclaimer is optionally implemented by a Store whose engine can give back
+// the space deleted data still takes, on request (a compaction, a VACUUM).
+// Implementing it declares ABI 1.1's RECLAIM, which Engram sends for etcd's
+// Defragment. Reclaim must keep every live key readable and every committed
+// write durable, must not hold commits (on other instances) for its whole
+// run, and may take long: ctx carries the caller's deadline.
+type Reclaimer interface {
+	Reclaim(ctx context.Context) error
 }
 
 // RawDispatcher is optionally implemented by a Store that handles requests

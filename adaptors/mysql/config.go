@@ -53,6 +53,16 @@ func parseConfig(raw []byte) (config, error) {
 	return c, nil
 }
 
+// tableWhere selects the table in information_schema's views: by the
+// schema it names, or the connection's default one.
+func (c config) tableWhere() string {
+	schema := "DATABASE()"
+	if len(c.Table) == 2 {
+		schema = "'" + c.Table[0] + "'" // sqlkv.ParseConfig admits no quote
+	}
+	return fmt.Sprintf(`TABLE_SCHEMA = %s AND TABLE_NAME = '%s'`, schema, c.Table[len(c.Table)-1])
+}
+
 // quotedTable is the table's name as SQL: each part in backquotes (the
 // identifiers sqlkv.ParseConfig admits hold no backquote).
 func (c config) quotedTable() string {

@@ -11,7 +11,9 @@
 // transaction in which conditions are checked by the writes themselves
 // (INSERT IGNORE, UPDATE/DELETE ... AND value = expected, counted with
 // CLIENT_FOUND_ROWS), in key order so that concurrent batches lock rows in
-// the same order, and a failed one rolls everything back. It must not keep
+// the same order, and a failed one rolls everything back; SIZE is the
+// table's DATA_LENGTH + INDEX_LENGTH (lagging InnoDB's statistics) and
+// RECLAIM is OPTIMIZE TABLE, except on Galera (space.go). It must not keep
 // any state but connections between calls (the instance model is pooled:
 // instances are interchangeable and may be replaced at any time), must not
 // start goroutines that need to run between calls, and must not resolve
@@ -113,7 +115,7 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	d.Params["sql_mode"] = "'STRICT_ALL_TABLES,NO_ENGINE_SUBSTITUTION'"
 	d.Params["max_sort_length"] = strconv.Itoa(maxKeyLen + 1024)
 	s.cfg = cfg
-	s.drv = &adaptor{sql: statements{table: cfg.quotedTable()}}
+	s.drv = &adaptor{sql: statements{table: cfg.quotedTable(), where: cfg.tableWhere()}}
 	var dialled *trackedConn
 	// Connections go through the host's sockets, which check the address
 	// against the operator's allow-list. The dialled socket is kept beside
@@ -188,12 +190,8 @@ func (s *store) prepareTable(c *conn) error {
 	if s.drv.maxPacket < minPacket {
 		return fmt.Errorf("%w: the server's max_allowed_packet is %d bytes; Engram's 4 MiB values need at least %d (set max_allowed_packet=64M)", sdk.ErrInvalid, s.drv.maxPacket, minPacket)
 	}
-	schemaExpr := "DATABASE()"
 	name := s.cfg.Table[len(s.cfg.Table)-1]
-	if len(s.cfg.Table) == 2 {
-		schemaExpr = "'" + s.cfg.Table[0] + "'" // sqlkv.ParseConfig admits no quote
-	}
-	where := fmt.Sprintf(`TABLE_SCHEMA = %s AND TABLE_NAME = '%s'`, schemaExpr, name)
+	where := s.drv.sql.where
 	engine, _, err := c.queryTwo(`SELECT ENGINE, NULL FROM information_schema.TABLES WHERE ` + where)
 	if errors.Is(err, errNoRows) {
 		// IF NOT EXISTS: several instances (and Engram servers) start at

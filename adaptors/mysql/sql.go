@@ -98,7 +98,20 @@ func appendMatch(buf, key []byte) []byte {
 // statements builds the SQL of one table.
 type statements struct {
 	table string // quoted
+	// where selects the table's row in information_schema.TABLES and
+	// its other views.
+	where string
 }
+
+// size reads the table's data and index size (space.go says what the
+// figure means). CAST makes it text, as every result the plugin reads.
+func (s statements) size() string {
+	return "SELECT CAST(DATA_LENGTH + INDEX_LENGTH AS CHAR), NULL FROM information_schema.TABLES WHERE " + s.where
+}
+
+// optimize rebuilds the table; on InnoDB it answers a note ("doing
+// recreate + analyze instead") and a status row.
+func (s statements) optimize() string { return "OPTIMIZE TABLE " + s.table }
 
 func (s statements) get(buf, key []byte) []byte {
 	buf = append(buf, "SELECT value FROM "...)

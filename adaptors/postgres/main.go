@@ -9,7 +9,8 @@
 // pages; a Commit is one READ COMMITTED transaction in which conditions are
 // checked by the writes themselves (INSERT ... ON CONFLICT DO NOTHING,
 // UPDATE/DELETE ... AND value = expected) and a failed one rolls everything
-// back. It must not keep any state but connections between calls (the
+// back; SIZE is pg_total_relation_size of the table and RECLAIM a plain
+// VACUUM, never VACUUM FULL (space.go). It must not keep any state but connections between calls (the
 // instance model is pooled: instances are interchangeable and may be
 // replaced at any time), must not start goroutines that need to run
 // between calls, and must not resolve names (there is no DNS inside wasm).

@@ -57,6 +57,9 @@ type statements struct {
 	delMany    string
 	// pages[reverse][lower][upper] is a page query; see pageSQL.
 	pages [2][3][2]string
+	// size and vacuum answer SIZE and RECLAIM (space.go).
+	size   string
+	vacuum string
 }
 
 // Lower bounds of a page query.
@@ -82,6 +85,16 @@ func newStatements(table string) *statements {
 		cas: fmt.Sprintf(`UPDATE %s SET value = $2 WHERE %s AND value = $3`, table, match),
 		cad: fmt.Sprintf(`DELETE FROM %s WHERE %s AND value = $2`, table, match),
 		del: fmt.Sprintf(`DELETE FROM %s WHERE %s`, table, match),
+		// The table's heap, its TOAST table (the values over 2 kB) and
+		// every index, as they take space on disk. $1 is the table's
+		// quoted name.
+		size: `SELECT pg_total_relation_size($1::regclass)`,
+		// Plain VACUUM, not VACUUM FULL: it marks the space of deleted
+		// rows reusable and truncates empty pages at the table's end,
+		// under a lock that lets reads and writes go on, where FULL
+		// rewrites the table under an ACCESS EXCLUSIVE lock that would
+		// hold every commit (and read) until it ends.
+		vacuum: fmt.Sprintf(`VACUUM %s`, table),
 	}
 	// umatch is match for the key column k of the unnested arrays u.
 	umatch := fmt.Sprintf(`t.key_head = substring(u.k FROM 1 FOR %[1]d) AND t.key_tail_hash = (CASE WHEN octet_length(u.k) > %[1]d

@@ -162,7 +162,7 @@ func pluginInfo(ctx context.Context, file string, opts host.Options, sopts host.
 		model = "pooled: a stateless client of a remote store; storage.wasm.pool-size instances"
 	}
 	var ops []string
-	for op := abi.OpInit; op <= abi.OpIdle; op++ {
+	for op := abi.OpInit; op <= abi.MaxOp; op++ {
 		if m.Supports(op) {
 			ops = append(ops, op.String())
 		}
@@ -237,24 +237,31 @@ func pluginVerify(ctx context.Context, file string, opts host.Options, sopts hos
 	}
 	m := first.Manifest()
 	_ = first.Close()
-	fmt.Fprintf(stdout, "Verifying %s: engine %s %s, ABI %d.%d, instance model %v, %d cases\n\n",
+	fmt.Fprintf(stdout, "Verifying %s: engine %s %s, ABI %d.%d, instance model %v, %d cases\n",
 		filepath.Base(file), m.Name, m.Version, abi.Major, m.ABIMinor, m.Model, len(cases))
+	fmt.Fprintf(stdout, "Optional ops: %s\n\n", optionalOps(&m))
 	start := time.Now()
-	passed, failed := 0, 0
+	passed, skipped, failed := 0, 0, 0
 	for _, c := range cases {
 		if ctx.Err() != nil {
 			break
 		}
 		r := kvtest.VerifyCases(ctx, cfg, []kvtest.Case{c}, open)[0]
 		mark := "PASS"
-		if r.Passed {
+		switch {
+		case r.Skipped:
+			skipped++
+			mark = "SKIP"
+		case r.Passed:
 			passed++
-		} else {
+		default:
 			failed++
 			mark = "FAIL"
 		}
 		fmt.Fprintf(stdout, "%s  %-28s %8s\n", mark, r.Name, r.Duration.Round(time.Millisecond))
-		if !r.Passed {
+		// A skipped case says why: the optional op it checks is not
+		// declared.
+		if !r.Passed || r.Skipped {
 			for _, msg := range r.Messages {
 				for _, line := range strings.Split(msg, "\n") {
 					fmt.Fprintf(stdout, "      %s\n", line)
@@ -262,7 +269,7 @@ func pluginVerify(ctx context.Context, file string, opts host.Options, sopts hos
 			}
 		}
 	}
-	fmt.Fprintf(stdout, "\n%d passed, %d failed (%s)\n", passed, failed, time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(stdout, "\n%d passed, %d skipped, %d failed (%s)\n", passed, skipped, failed, time.Since(start).Round(time.Millisecond))
 	if err := ctx.Err(); err != nil {
 		fmt.Fprintf(stderr, "engram plugin verify: interrupted: %v\n", err)
 		return 1
@@ -272,4 +279,21 @@ func pluginVerify(ctx context.Context, file string, opts host.Options, sopts hos
 		return 1
 	}
 	return 0
+}
+
+// optionalOps says which of the ops the conformance suite checks only where
+// declared (SIZE: case Size, RECLAIM: case Reclaim) the plugin declares.
+func optionalOps(m *abi.Manifest) string {
+	var parts []string
+	for _, o := range []struct {
+		op   abi.Op
+		name string
+	}{{abi.OpSize, "Size"}, {abi.OpReclaim, "Reclaim"}} {
+		if m.Supports(o.op) {
+			parts = append(parts, fmt.Sprintf("%v declared, checked by case %s", o.op, o.name))
+		} else {
+			parts = append(parts, fmt.Sprintf("%v not declared, case %s skipped", o.op, o.name))
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -144,3 +144,22 @@ func TestServeRefusesUnpinnedFile(t *testing.T) {
 		t.Errorf("Validate with a malformed pin: %v", err)
 	}
 }
+
+// TestPluginVerifyChecksSpaceOps: memkv declares SIZE and RECLAIM, so
+// verify says so and runs their cases. Every test plugin declares both; the
+// skip path is checked by kvtest's TestVerifySkipsOptionalInterfaces.
+func TestPluginVerifyChecksSpaceOps(t *testing.T) {
+	path, _ := memkvWasm(t)
+	code, out, errOut := runPlugin(t, "verify", path, "--run", "^(Size|Reclaim)$")
+	if code != 0 {
+		t.Fatalf("plugin verify: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"Optional ops: SIZE declared, checked by case Size; RECLAIM declared, checked by case Reclaim",
+		"PASS  Size", "PASS  Reclaim", "2 passed, 0 skipped, 0 failed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plugin verify output lacks %q:\n%s", want, out)
+		}
+	}
+}

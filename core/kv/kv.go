@@ -296,7 +296,10 @@ type Features struct {
 
 // Sizer is implemented by adaptors that can report how many bytes their data
 // takes (on disk for durable engines). It is optional: Status reports it as
-// etcd's DbSize, which kube-apiserver exports as its storage size metric.
+// etcd's DbSize, which kube-apiserver exports as its storage size metric,
+// and quota-backend-bytes is enforced against it. A figure that lags writes
+// (an engine's statistics) is acceptable; a negative one is not. A wasm
+// plugin's store implements it only when the plugin declares the ABI's SIZE.
 type Sizer interface {
 	Size() (int64, error)
 }

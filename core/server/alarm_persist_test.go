@@ -7,61 +7,10 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/plugins/badger"
 )
-
-// alarmClient is what the alarm tests call on one endpoint.
-type alarmClient struct {
-	kv    pb.KVClient
-	maint pb.MaintenanceClient
-	self  uint64
-}
-
-func newAlarmClient(t *testing.T, ctx context.Context, c *clientv3.Client) alarmClient {
-	t.Helper()
-	a := alarmClient{kv: pb.NewKVClient(c.ActiveConnection()), maint: pb.NewMaintenanceClient(c.ActiveConnection())}
-	st, err := a.maint.Status(ctx, &pb.StatusRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.self = st.Header.MemberId
-	return a
-}
-
-func (a alarmClient) alarm(t *testing.T, ctx context.Context, action pb.AlarmRequest_AlarmAction, member uint64) []*pb.AlarmMember {
-	t.Helper()
-	r, err := a.maint.Alarm(ctx, &pb.AlarmRequest{Action: action, MemberID: member, Alarm: pb.AlarmType_NOSPACE})
-	if err != nil {
-		t.Fatalf("alarm %s: %v", action, err)
-	}
-	return r.Alarms
-}
-
-// putRefused reports whether a Put is refused with etcd's no-space error,
-// and fails t on any other error.
-func (a alarmClient) putRefused(t *testing.T, ctx context.Context) bool {
-	t.Helper()
-	_, err := a.kv.Put(ctx, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-	return err != nil && a.refusal(t, err)
-}
-
-// refusal fails t unless err is etcd's no-space error.
-func (a alarmClient) refusal(t *testing.T, err error) bool {
-	t.Helper()
-	if want, _ := status.FromError(rpctypes.ErrGRPCNoSpace); status.Convert(err).Message() != want.Message() {
-		t.Fatalf("put: %v, want %v", err, rpctypes.ErrGRPCNoSpace)
-	}
-	return true
-}
-
-func holdsNoSpace(list []*pb.AlarmMember, member uint64) bool {
-	return len(list) == 1 && list[0].MemberID == member && list[0].Alarm == pb.AlarmType_NOSPACE
-}
 
 // TestAlarmSurvivesRestart: a NOSPACE alarm raised on a badger-backed
 // server is listed and still refuses writes after the server and the
@@ -77,12 +26,12 @@ func TestAlarmSurvivesRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 		srv := servertest.Start(t, servertest.Options{Store: bs})
-		a := newAlarmClient(t, ctx, srv.Client(t))
-		member = a.self
-		if got := a.alarm(t, ctx, pb.AlarmRequest_ACTIVATE, member); !holdsNoSpace(got, member) {
+		a := servertest.NewAlarmClient(t, ctx, srv.Client(t))
+		member = a.Self
+		if got := a.Alarm(t, ctx, pb.AlarmRequest_ACTIVATE, member); !servertest.HoldsNoSpace(got, member) {
 			t.Fatalf("activate answered %v", got)
 		}
-		if !a.putRefused(t, ctx) {
+		if !a.PutRefused(t, ctx) {
 			t.Fatal("put accepted under NOSPACE")
 		}
 		srv.Stop()
@@ -96,17 +45,17 @@ func TestAlarmSurvivesRestart(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = bs.Close() })
 	srv := servertest.Start(t, servertest.Options{Store: bs})
-	a := newAlarmClient(t, ctx, srv.Client(t))
-	if got := a.alarm(t, ctx, pb.AlarmRequest_GET, 0); !holdsNoSpace(got, member) {
+	a := servertest.NewAlarmClient(t, ctx, srv.Client(t))
+	if got := a.Alarm(t, ctx, pb.AlarmRequest_GET, 0); !servertest.HoldsNoSpace(got, member) {
 		t.Fatalf("after restart the alarms are %v, want NOSPACE of %x", got, member)
 	}
-	if !a.putRefused(t, ctx) {
+	if !a.PutRefused(t, ctx) {
 		t.Fatal("after restart a put is accepted under NOSPACE")
 	}
-	if got := a.alarm(t, ctx, pb.AlarmRequest_DEACTIVATE, member); !holdsNoSpace(got, member) {
+	if got := a.Alarm(t, ctx, pb.AlarmRequest_DEACTIVATE, member); !servertest.HoldsNoSpace(got, member) {
 		t.Fatalf("deactivate answered %v", got)
 	}
-	if a.putRefused(t, ctx) {
+	if a.PutRefused(t, ctx) {
 		t.Fatal("put refused after disarming")
 	}
 }
@@ -122,22 +71,22 @@ func TestClusterAlarm(t *testing.T) {
 	l := c.leader(-1)
 	f := (l + 1) % 3
 	c.following(f, l)
-	leader := newAlarmClient(t, ctx, c.client(l))
-	follower := newAlarmClient(t, ctx, c.client(f))
-	if got := leader.alarm(t, ctx, pb.AlarmRequest_ACTIVATE, leader.self); !holdsNoSpace(got, leader.self) {
+	leader := servertest.NewAlarmClient(t, ctx, c.client(l))
+	follower := servertest.NewAlarmClient(t, ctx, c.client(f))
+	if got := leader.Alarm(t, ctx, pb.AlarmRequest_ACTIVATE, leader.Self); !servertest.HoldsNoSpace(got, leader.Self) {
 		t.Fatalf("activate answered %v", got)
 	}
-	if got := follower.alarm(t, ctx, pb.AlarmRequest_GET, 0); !holdsNoSpace(got, leader.self) {
+	if got := follower.Alarm(t, ctx, pb.AlarmRequest_GET, 0); !servertest.HoldsNoSpace(got, leader.Self) {
 		t.Fatalf("follower lists %v, want the leader's NOSPACE", got)
 	}
-	st, err := follower.maint.Status(ctx, &pb.StatusRequest{})
+	st, err := follower.Maint.Status(ctx, &pb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(st.Errors) != 1 || st.Errors[0] != "memberID:"+strconv.FormatUint(leader.self, 10)+" alarm:NOSPACE " {
+	if len(st.Errors) != 1 || st.Errors[0] != "memberID:"+strconv.FormatUint(leader.Self, 10)+" alarm:NOSPACE " {
 		t.Fatalf("follower's Status errors %q", st.Errors)
 	}
-	if !follower.putRefused(t, ctx) {
+	if !follower.PutRefused(t, ctx) {
 		t.Fatal("put through a follower accepted under NOSPACE")
 	}
 
@@ -145,18 +94,18 @@ func TestClusterAlarm(t *testing.T) {
 	c.nodes[l].Kill()
 	nl := c.leader(l)
 	c.following(3-l-nl, nl)
-	next := newAlarmClient(t, ctx, c.client(nl))
-	if !next.putRefused(t, ctx) {
+	next := servertest.NewAlarmClient(t, ctx, c.client(nl))
+	if !next.PutRefused(t, ctx) {
 		t.Fatal("the new leader accepts a put under NOSPACE")
 	}
-	other := newAlarmClient(t, ctx, c.client(3-l-nl))
-	if got := other.alarm(t, ctx, pb.AlarmRequest_DEACTIVATE, leader.self); !holdsNoSpace(got, leader.self) {
+	other := servertest.NewAlarmClient(t, ctx, c.client(3-l-nl))
+	if got := other.Alarm(t, ctx, pb.AlarmRequest_DEACTIVATE, leader.Self); !servertest.HoldsNoSpace(got, leader.Self) {
 		t.Fatalf("follower's deactivate answered %v", got)
 	}
-	if got := next.alarm(t, ctx, pb.AlarmRequest_GET, 0); len(got) != 0 {
+	if got := next.Alarm(t, ctx, pb.AlarmRequest_GET, 0); len(got) != 0 {
 		t.Fatalf("after the follower's disarm the leader lists %v", got)
 	}
-	if other.putRefused(t, ctx) {
+	if other.PutRefused(t, ctx) {
 		t.Fatal("put refused after disarming")
 	}
 }

@@ -78,7 +78,7 @@ func tickingClock() func() time.Time {
 
 // TestAlarmEtcdctlTiKV is the operator's round with etcdctl 3.6 on Engram
 // over TiKV (the mock): writes until the quota refuses one and NOSPACE is
-// raised as on badger (fillToNoSpace); `defrag` succeeds under the alarm
+// raised as on badger (servertest.CheckSpace); `defrag` succeeds under the alarm
 // (TiKV reclaims space by itself, after its GC, so it gives nothing back
 // now); the operator raises the quota and restarts, the alarm is still
 // there until `alarm disarm`, and then `put` works again.
@@ -89,20 +89,22 @@ func TestAlarmEtcdctlTiKV(t *testing.T) {
 	store := openTiKVMock(t, tickingClock())
 	const quota = 2 << 20
 	srv := servertest.Start(t, servertest.Options{Store: store, QuotaBackendBytes: quota})
-	a := newAlarmClient(t, ctx, srv.Client(t))
-	line := fillToNoSpace(t, ctx, a, srv.Endpoint, quota)
-	if out := etcdctlAt(t, srv.Endpoint)("defrag"); !strings.HasPrefix(defragLine(out), "Finished defragmenting etcd member[EP]") {
+	a := servertest.CheckSpace(t, ctx, srv, nil)
+	if st, err := a.Maint.Status(ctx, &pb.StatusRequest{}); err != nil || st.DbSize < quota/2 {
+		t.Fatalf("Status when refused: DbSize %d of a %d quota (%v)", st.GetDbSize(), quota, err)
+	}
+	if out := srv.Etcdctl(t, "defrag"); !strings.HasPrefix(defragLine(out), "Finished defragmenting etcd member[EP]") {
 		t.Errorf("etcdctl defrag: %q", out)
 	}
 
 	srv.Stop()
 	srv = servertest.Start(t, servertest.Options{Store: store, QuotaBackendBytes: 2 * quota})
-	a = newAlarmClient(t, ctx, srv.Client(t))
-	if got := a.alarm(t, ctx, pb.AlarmRequest_GET, 0); !holdsNoSpace(got, a.self) {
+	a = servertest.NewAlarmClient(t, ctx, srv.Client(t))
+	if got := a.Alarm(t, ctx, pb.AlarmRequest_GET, 0); !servertest.HoldsNoSpace(got, a.Self) {
 		t.Fatalf("after the restart with a larger quota the alarms are %v, want NOSPACE", got)
 	}
-	if !a.putRefused(t, ctx) {
+	if !a.PutRefused(t, ctx) {
 		t.Fatal("a put is accepted under NOSPACE after the restart")
 	}
-	disarmAndPut(t, etcdctlAt(t, srv.Endpoint), line)
+	servertest.DisarmNoSpace(t, srv, a)
 }

@@ -1,5 +1,5 @@
 /*
- * engram_plugin.c - the C SDK for Engram storage plugins (ABI 1.0).
+ * engram_plugin.c - the C SDK for Engram storage plugins (ABI 1.1).
  *
  * This file owns, in order: the codec (strict decoders over a sticky-error
  * reader, size-then-write encoders), the dispatcher (engram_instance: the
@@ -211,9 +211,9 @@ const char *engram_status_name(int st) {
 const char *engram_op_name(int op) {
     static const char *const names[] = {
         "?", "INIT", "GET", "SCAN_OPEN", "SCAN_NEXT", "SCAN_CLOSE",
-        "COMMIT", "PARTITIONS", "CLOSE", "IDLE",
+        "COMMIT", "PARTITIONS", "CLOSE", "IDLE", "SIZE", "RECLAIM",
     };
-    return op >= 1 && op <= ENGRAM_OP_IDLE ? names[op] : "?";
+    return op >= 1 && op <= ENGRAM_OP_RECLAIM ? names[op] : "?";
 }
 
 bool engram_status_allowed(int op, int st) {
@@ -661,6 +661,19 @@ engram_err engram_decode_partitions(const uint8_t *b, size_t n, engram_range *ra
     return e;
 }
 
+engram_err engram_decode_size(const uint8_t *b, size_t n, int64_t *bytes) {
+    reader r = rd_new(b, n);
+    *bytes = rd_i64(&r);
+    return rd_finish(&r);
+}
+
+bool engram_encode_size(engram_buf *buf, int64_t bytes) {
+    uint8_t *p = buf_room(buf, 1 + 10);
+    if (!p) return false;
+    *p++ = ENGRAM_OK;
+    return buf_done(buf, put_uv(p, (uint64_t)bytes));
+}
+
 bool engram_encode_partitions(engram_buf *buf, const engram_range *ranges, size_t count) {
     size_t n = 1 + engram_uvarint_len(count);
     for (size_t i = 0; i < count; i++)
@@ -938,6 +951,8 @@ static void do_init(engram_instance *in, const uint8_t *req, size_t len) {
         w.ops |= 1u << ENGRAM_OP_PARTITIONS;
         w.features |= ENGRAM_FEATURE_PARTITIONS;
     }
+    if (in->vt->size) w.ops |= 1u << ENGRAM_OP_SIZE;
+    if (in->vt->reclaim) w.ops |= 1u << ENGRAM_OP_RECLAIM;
     in->max_scan_batch = man.max_scan_batch;
     in->resp.len = 0;
     if (!engram_encode_manifest(&in->resp, &w)) {
@@ -1360,29 +1375,64 @@ static void do_partitions(engram_instance *in, const uint8_t *req, size_t len) {
     memcpy(in->resp.ptr + in->resp_off, head, hl);
 }
 
-static void do_close(engram_instance *in, const uint8_t *req, size_t len) {
+/* Decodes a request that is the header alone into the call's deadline;
+ * false, with the INVALID response written, when it is malformed. */
+static bool header_only(engram_instance *in, const uint8_t *req, size_t len) {
     engram_empty_req m;
     engram_err e = engram_decode_empty_req(req, len, &m);
     if (e) {
         bad_request(in, e);
-        return;
+        return false;
     }
+    in->call.deadline = m.deadline;
+    return true;
+}
+
+static void do_close(engram_instance *in, const uint8_t *req, size_t len) {
+    if (!header_only(in, req, len)) return;
     for (uint32_t i = 0; i < in->nscans; i++)
         if (in->scans[i].id) scan_release(in, &in->scans[i]);
     in->closed = true;
-    in->call.deadline = m.deadline;
     put_status(in, in->vt->close(in->self, &in->call));
 }
 
 static void do_idle(engram_instance *in, const uint8_t *req, size_t len) {
-    engram_empty_req m;
-    engram_err e = engram_decode_empty_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
+    if (!header_only(in, req, len)) return;
+    put_status(in, in->vt->idle ? in->vt->idle(in->self, &in->call) : ENGRAM_OK);
+}
+
+/* ---- size, reclaim (ABI 1.1) ---- */
+
+static void do_size(engram_instance *in, const uint8_t *req, size_t len) {
+    if (!header_only(in, req, len)) return;
+    if (!in->vt->size) {
+        fail(in, ENGRAM_UNSUPPORTED, "SIZE: the plugin has no size callback");
         return;
     }
-    in->call.deadline = m.deadline;
-    put_status(in, in->vt->idle ? in->vt->idle(in->self, &in->call) : ENGRAM_OK);
+    uint64_t bytes = 0;
+    engram_status st = in->vt->size(in->self, &in->call, &bytes);
+    if (st != ENGRAM_OK) {
+        put_status(in, st);
+        return;
+    }
+    if (bytes > (uint64_t)INT64_MAX) {
+        /* The wire field is an i64: the host would refuse the response as
+         * malformed and discard the instance. */
+        fail(in, ENGRAM_INTERNAL, "SIZE: the plugin reported %llu bytes, over 2^63-1",
+             (unsigned long long)bytes);
+        return;
+    }
+    in->resp.len = in->resp_off = 0;
+    if (!engram_encode_size(&in->resp, (int64_t)bytes)) in->resp.len = 0;
+}
+
+static void do_reclaim(engram_instance *in, const uint8_t *req, size_t len) {
+    if (!header_only(in, req, len)) return;
+    if (!in->vt->reclaim) {
+        fail(in, ENGRAM_UNSUPPORTED, "RECLAIM: the plugin has no reclaim callback");
+        return;
+    }
+    put_status(in, in->vt->reclaim(in->self, &in->call));
 }
 
 engram_bytes engram_instance_dispatch(engram_instance *in, uint32_t op, size_t len) {
@@ -1415,6 +1465,8 @@ engram_bytes engram_instance_dispatch(engram_instance *in, uint32_t op, size_t l
         case ENGRAM_OP_PARTITIONS: do_partitions(in, req, len); break;
         case ENGRAM_OP_CLOSE: do_close(in, req, len); break;
         case ENGRAM_OP_IDLE: do_idle(in, req, len); break;
+        case ENGRAM_OP_SIZE: do_size(in, req, len); break;
+        case ENGRAM_OP_RECLAIM: do_reclaim(in, req, len); break;
         default: fail(in, ENGRAM_UNSUPPORTED, "op %u is not supported by this plugin", op);
         }
     }

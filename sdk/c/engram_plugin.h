@@ -1,5 +1,5 @@
 /*
- * engram_plugin.h - the C SDK for Engram storage plugins (ABI 1.0).
+ * engram_plugin.h - the C SDK for Engram storage plugins (ABI 1.1).
  *
  * This header owns the plugin side of the ABI in ../../abi/ABI.md for C:
  *   1. the plugin API: a vtable of callbacks (engram_plugin), the per-call
@@ -78,7 +78,7 @@ extern "C" {
  * ---------------------------------------------------------------------- */
 
 #define ENGRAM_ABI_MAJOR 1
-#define ENGRAM_ABI_MINOR 0
+#define ENGRAM_ABI_MINOR 1
 
 /* Op codes of kvp_dispatch. */
 typedef enum engram_op_code {
@@ -91,6 +91,8 @@ typedef enum engram_op_code {
     ENGRAM_OP_PARTITIONS = 7,
     ENGRAM_OP_CLOSE = 8,
     ENGRAM_OP_IDLE = 9,
+    ENGRAM_OP_SIZE = 10,    /* ABI 1.1 */
+    ENGRAM_OP_RECLAIM = 11, /* ABI 1.1 */
 } engram_op_code;
 
 /* The ops every plugin must handle, as manifest ops bits. */
@@ -224,7 +226,7 @@ typedef struct engram_scan_options {
  * the vtable, passed back verbatim. Every callback but scan_close returns
  * an engram_status; a non-OK status may carry a message (engram_fail).
  * Required: init, get, scan_open, scan_next, scan_close, commit, close.
- * Optional (NULL = absent): partitions, idle.
+ * Optional (NULL = absent): partitions, idle, size, reclaim.
  */
 typedef struct engram_plugin {
     /* First call on every instance. Fill *manifest; config and the rest of
@@ -287,6 +289,31 @@ typedef struct engram_plugin {
      * housekeeping (compaction, pinging connections). Answer quickly. NULL
      * answers OK. */
     engram_status (*idle)(void *self, engram_call *call);
+
+    /* Optional (ABI 1.1). Store in *bytes how many bytes the engine's data
+     * for this store takes: on disk for a durable engine, what it holds in
+     * memory otherwise. It answers the host's DbSize, the
+     * etcd_mvcc_db_total_size_in_bytes metric and the backend quota, so it
+     * must be cheap enough to call often (keep a running count rather than
+     * walk the data). *bytes starts at 0; a value above INT64_MAX makes the
+     * SDK answer INTERNAL. Non-OK statuses: UNSUPPORTED, INVALID,
+     * UNAVAILABLE (retryable), DEADLINE, INTERNAL. Present => the manifest
+     * declares SIZE; absent, the host has no size for the store (the quota
+     * cannot be enforced) and never sends SIZE. */
+    engram_status (*size)(void *self, engram_call *call, uint64_t *bytes);
+
+    /* Optional (ABI 1.1). Do the engine's space reclamation now (etcd's
+     * Defragment): drop what deleted keys and superseded versions still
+     * take, compact, give memory or disk back as far as the engine can.
+     * Keep every live key readable and every committed write durable: it
+     * changes where data sits, never what the store holds. It may take long
+     * (the request's deadline applies; return ENGRAM_DEADLINE once it has
+     * passed), but the host serialises a single instance's calls, so a
+     * single-model plugin holds every commit while it runs: do bounded
+     * work. Same statuses as size. Present => the manifest declares
+     * RECLAIM; absent, the host answers Defragment with success and no
+     * work. */
+    engram_status (*reclaim)(void *self, engram_call *call);
 } engram_plugin;
 
 /* Defined by the plugin: returns its vtable (a static const, valid for the
@@ -534,7 +561,7 @@ typedef struct engram_partitions_req {
     uint32_t max_parts;
 } engram_partitions_req;
 
-/* CLOSE and IDLE: the header alone. */
+/* CLOSE, IDLE, SIZE and RECLAIM: the header alone. */
 typedef struct engram_empty_req {
     int64_t deadline;
 } engram_empty_req;
@@ -611,7 +638,8 @@ engram_err engram_decode_batch(const uint8_t *b, size_t n, engram_pair *pairs,
 engram_err engram_decode_partitions(const uint8_t *b, size_t n,
                                     engram_range *ranges, size_t cap,
                                     size_t *count);
-/* An OK or NOT_FOUND body, which must be empty. */
+/* An empty OK body (SCAN_CLOSE, COMMIT, CLOSE, IDLE, RECLAIM) or a
+ * NOT_FOUND body, which must be empty. */
 engram_err engram_decode_empty(const uint8_t *b, size_t n);
 
 /* Whole-response encoders (status byte included); false when out of
@@ -628,6 +656,11 @@ bool engram_encode_batch(engram_buf *buf, const engram_pair *pairs,
                          size_t count, bool more);
 bool engram_encode_partitions(engram_buf *buf, const engram_range *ranges,
                               size_t count);
+/* SIZE's OK body: the byte count, an i64 (negative or over 63 bits is
+ * ENGRAM_E_OVERFLOW). The encoder writes the whole OK response; bytes must
+ * be >= 0. */
+engram_err engram_decode_size(const uint8_t *b, size_t n, int64_t *bytes);
+bool engram_encode_size(engram_buf *buf, int64_t bytes);
 
 #ifdef __cplusplus
 }

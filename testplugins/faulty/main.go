@@ -8,6 +8,9 @@
 //
 //	addr=HOST:PORT   the remote server (required; must be an allowed address)
 //	mode=MODE        misbehave at INIT: init-error, init-trap
+//	space=WORD       misbehave on every SIZE and RECLAIM as WORD says (below);
+//	                 their requests are a header alone, with no key to carry
+//	                 a word
 //
 // A request whose bytes contain "faulty:WORD" (in a key, a scan bound, ...)
 // makes the instance misbehave as WORD says: panic, trap (a fatal runtime
@@ -53,6 +56,7 @@ type store struct {
 	frame   []byte
 	resp    []byte
 	leak    [][]byte
+	space   string
 }
 
 func (s *store) Init(ctx context.Context, config []byte, host sdk.HostInfo) (sdk.Manifest, error) {
@@ -65,6 +69,8 @@ func (s *store) Init(ctx context.Context, config []byte, host sdk.HostInfo) (sdk
 			s.addr = v
 		case "mode":
 			mode = v
+		case "space":
+			s.space = v
 		default:
 			return sdk.Manifest{}, fmt.Errorf("%w: unknown setting %q", sdk.ErrInvalid, k)
 		}
@@ -106,6 +112,9 @@ func (s *store) Dispatch(op abi.Op, req []byte) ([]byte, bool) {
 			j++
 		}
 		word = string(w[:j])
+	}
+	if op == abi.OpSize || op == abi.OpReclaim {
+		word = s.space
 	}
 	switch word {
 	case "panic":
@@ -219,7 +228,11 @@ func readUvarint(r *bufio.Reader) (uint64, error) {
 	return 0, errors.New("bad frame length")
 }
 
-// The typed methods are never reached: Dispatch handles every op.
+// The typed methods are never reached: Dispatch handles every op. Size and
+// Reclaim make the SDK declare SIZE and RECLAIM.
+
+func (s *store) Size(context.Context) (int64, error) { return 0, sdk.ErrUnsupported }
+func (s *store) Reclaim(context.Context) error       { return sdk.ErrUnsupported }
 
 func (s *store) Get(context.Context, []byte) ([]byte, error) { return nil, sdk.ErrUnsupported }
 func (s *store) Scan(context.Context, sdk.ScanOptions) (sdk.Iterator, error) {

@@ -81,34 +81,38 @@ func (x *index) get(key []byte) ([]byte, bool) {
 	}
 }
 
-// set records key's value. key and value must be adjacent slices of one
+// set records key's value and returns the size of the pair it replaced
+// (0 for a new key). key and value must be adjacent slices of one
 // allocation, the key first.
-func (x *index) set(key, value []byte) {
+func (x *index) set(key, value []byte) (replaced int) {
 	pair := unsafe.Slice(unsafe.SliceData(key), len(key)+len(value))
 	n := slot{pair: pair, klen: uint32(len(key)), hash: hashKey(key)}
 	t := x.shard(n.hash)
 	if 2*(t.count+1) > len(t.slots) {
 		t.grow()
 	}
-	if t.put(n) {
+	old, isNew := t.put(n)
+	if isNew {
 		x.count++
 	}
+	return len(old)
 }
 
-// put stores n, replacing the slot of the same key; it reports whether the
-// key is new.
-func (t *table) put(n slot) bool {
+// put stores n, replacing the slot of the same key; it returns the pair it
+// replaced and whether the key is new.
+func (t *table) put(n slot) (old []byte, isNew bool) {
 	mask := len(t.slots) - 1
 	for i := int(n.hash) & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.pair == nil {
 			*s = n
 			t.count++
-			return true
+			return nil, true
 		}
 		if s.hash == n.hash && s.klen == n.klen && btree.Equal(s.key(), n.key()) {
+			old = s.pair
 			*s = n
-			return false
+			return old, false
 		}
 	}
 }
@@ -163,4 +167,30 @@ func (x *index) remove(key []byte) {
 		}
 	}
 	t.slots[hole] = slot{}
+}
+
+// shrink rehashes every shard that deletes left at most an eighth full
+// into a table at most a quarter full, and returns the slots before and
+// after. Tables only grow as keys come, so without it a store that held
+// many keys once keeps their slots for good.
+func (x *index) shrink() (before, after int) {
+	for i := range x.shards {
+		t := &x.shards[i]
+		before += len(t.slots)
+		if len(t.slots) > 8 && 8*t.count <= len(t.slots) {
+			old := t.slots
+			size := 8
+			for size < 4*t.count {
+				size *= 2
+			}
+			t.slots, t.count = make([]slot, size), 0
+			for j := range old {
+				if old[j].pair != nil {
+					t.put(old[j])
+				}
+			}
+		}
+		after += len(t.slots)
+	}
+	return before, after
 }

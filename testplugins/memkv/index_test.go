@@ -83,6 +83,21 @@ func TestStoreAgainstModel(t *testing.T) {
 			}
 		}
 	}
+	checkAgainstModel(t, s, m)
+}
+
+// checkAgainstModel checks every key of TestStoreAgainstModel's key space,
+// through Get, the tree and the byte count, against the model.
+func checkAgainstModel(t *testing.T, s *store, m map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	var bytes int64
+	for k, v := range m {
+		bytes += int64(len(k) + len(v))
+	}
+	if n, err := s.Size(ctx); n != bytes || err != nil {
+		t.Fatalf("Size = %d, %v; the model holds %d bytes", n, err, bytes)
+	}
 	for i := range 400 {
 		k := fmt.Sprintf("k%03d", i)
 		v, err := s.Get(ctx, []byte(k))
@@ -95,4 +110,47 @@ func TestStoreAgainstModel(t *testing.T) {
 			t.Fatalf("tree Get(%q) = %q, %v; want %q, %v", k, tv, tok, want, ok)
 		}
 	}
+}
+
+// TestReclaimShrinksIndex: after most keys are deleted, Reclaim shrinks the
+// index and every remaining key, and the byte count, stay as they were.
+func TestReclaimShrinksIndex(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	m := map[string]string{}
+	var ops []sdk.Op
+	for i := range 400 {
+		k, v := fmt.Sprintf("k%03d", i), fmt.Sprintf("value %d", i)
+		ops = append(ops, sdk.Op{Kind: sdk.OpPut, Key: []byte(k), Value: []byte(v)})
+		m[k] = v
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	ops = ops[:0]
+	for i := range 400 {
+		if i%20 != 0 {
+			k := fmt.Sprintf("k%03d", i)
+			ops = append(ops, sdk.Op{Kind: sdk.OpDelete, Key: []byte(k)})
+			delete(m, k)
+		}
+	}
+	if err := s.Commit(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	slots := func() (n int) {
+		for i := range s.idx.shards {
+			n += len(s.idx.shards[i].slots)
+		}
+		return n
+	}
+	before := slots()
+	if err := s.Reclaim(ctx); err != nil {
+		t.Fatal(err)
+	}
+	after := slots()
+	if after >= before {
+		t.Errorf("index slots %d before Reclaim, %d after: nothing shrank", before, after)
+	}
+	checkAgainstModel(t, s, m)
 }

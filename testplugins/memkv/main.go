@@ -4,6 +4,10 @@
 // (internal/btree): a scan reads a version of the tree that no later commit
 // changes, so it never sees later commits and never blocks them.
 //
+// It declares ABI 1.1's optional SIZE (the bytes of the keys and values it
+// holds) and RECLAIM (it shrinks its hash index after deletes and collects
+// garbage), so that the host's paths for both are tested without a database.
+//
 // It exists to test the host and the SDK with a real, conformant engine and
 // to measure the cost of running an engine as wasm against the native
 // adaptor (plugins/memkv), so it uses the same B-tree, which is tuned for Go
@@ -14,6 +18,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 
 	"github.com/engramkv/engram/internal/btree"
 	"github.com/engramkv/engram/sdk"
@@ -29,13 +34,18 @@ type store struct {
 	// allocating its own (1024 pairs: 48 KiB) per scan made the guest
 	// collect garbage several times as often.
 	pairs []sdk.Pair
+	// bytes counts the keys and values held, for Size.
+	bytes int64
+	// reclaims counts Reclaim calls, logged so that a test can see that
+	// the host's defragment reached the plugin.
+	reclaims int
 }
 
 func (s *store) Init(_ context.Context, config []byte, _ sdk.HostInfo) (sdk.Manifest, error) {
 	if len(bytes.TrimSpace(config)) != 0 {
 		return sdk.Manifest{}, fmt.Errorf("%w: memkv takes no configuration, got %q", sdk.ErrInvalid, config)
 	}
-	s.t, s.idx = btree.Tree{}, index{}
+	s.t, s.idx, s.bytes = btree.Tree{}, index{}, 0
 	return sdk.Manifest{Name: "memkv-wasm", Version: "1.1.0", Model: sdk.ModelSingle}, nil
 }
 
@@ -79,18 +89,44 @@ func (s *store) Commit(_ context.Context, ops []sdk.Op) error {
 			copy(buf[kl:], op.Value)
 			key, value := buf[:kl:kl], buf[kl:]
 			s.t.Set(key, value)
-			s.idx.set(key, value)
+			s.bytes += int64(len(buf) - s.idx.set(key, value))
 		case sdk.OpDelete:
 			// Deleting an absent key would still copy the path; skip it.
-			if _, ok := s.idx.get(op.Key); ok {
+			if s.forget(op.Key) {
 				s.t.Delete(op.Key)
 				s.idx.remove(op.Key)
 			}
 		case sdk.OpCompareAndDelete:
+			s.forget(op.Key)
 			s.t.Delete(op.Key)
 			s.idx.remove(op.Key)
 		}
 	}
+	return nil
+}
+
+// forget takes key's current pair, if any, out of the byte count, and
+// reports whether the key exists.
+func (s *store) forget(key []byte) bool {
+	v, ok := s.idx.get(key)
+	if ok {
+		s.bytes -= int64(len(key) + len(v))
+	}
+	return ok
+}
+
+// Size is the bytes of the keys and values held: what a client's data
+// takes, not the tree's and the index's overhead.
+func (s *store) Size(context.Context) (int64, error) { return s.bytes, nil }
+
+// Reclaim shrinks the index where deletes left it sparse and lets the Go
+// runtime collect what that and the deletes freed, for reuse: wasm linear
+// memory never shrinks, so nothing goes back to the host.
+func (s *store) Reclaim(context.Context) error {
+	before, after := s.idx.shrink()
+	runtime.GC()
+	s.reclaims++
+	sdk.Logger().Info("memkv reclaimed", "reclaims", s.reclaims, "index_slots_before", before, "index_slots_after", after)
 	return nil
 }
 
@@ -141,7 +177,7 @@ func (s *store) Partitions(_ context.Context, start, end []byte, max int) ([]sdk
 }
 
 func (s *store) Close(context.Context) error {
-	s.t, s.idx = btree.Tree{}, index{}
+	s.t, s.idx, s.bytes = btree.Tree{}, index{}, 0
 	return nil
 }
 

@@ -5,7 +5,9 @@
 // through Verify to print a pass/fail report for an adaptor it cannot compile
 // against (a .wasm plugin). The cases only use the kv.Store interface, so a
 // passing adaptor is interchangeable with any other one as far as the core can
-// tell.
+// tell. The cases of optional interfaces (kv.Sizer, kv.Reclaimer) run
+// where the store implements them and are skipped, saying so, where it does
+// not.
 //
 // This package must not import any engine or reach into an adaptor's
 // internals, and it must not relax the contract to make an adaptor pass: an
@@ -41,6 +43,9 @@ type T interface {
 	Logf(format string, args ...any)
 	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
+	// Skipf ends the case as skipped, the way testing.T.SkipNow does: a
+	// case of an optional interface the store does not implement.
+	Skipf(format string, args ...any)
 }
 
 // Case is one conformance check. Run receives a fresh, empty store and may
@@ -105,6 +110,8 @@ func Cases(cfg Config) []Case {
 		{Name: "ConcurrentWriters", Run: caseConcurrentWriters},
 		{Name: "ReadYourWrites", Run: caseReadYourWrites},
 		{Name: "Partitions", Run: casePartitions},
+		{Name: "Size", Run: caseSize},
+		{Name: "Reclaim", Run: caseReclaim},
 		{Name: "Close", Run: caseClose},
 	}
 }
@@ -142,8 +149,11 @@ func closeQuietly(t T, s kv.Store) {
 
 // Result is the outcome of one case run by Verify.
 type Result struct {
-	Name     string
-	Passed   bool
+	Name   string
+	Passed bool
+	// Skipped is set when the case does not apply to the store (an
+	// optional interface it does not implement); Passed is then true.
+	Skipped  bool
 	Duration time.Duration
 	// Messages holds everything the case logged or reported, in order.
 	Messages []string
@@ -193,16 +203,17 @@ func verifyOne(ctx context.Context, cfg Config, c Case, open func(ctx context.Co
 	<-done
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	return Result{Name: c.Name, Passed: !rt.failed, Duration: time.Since(start), Messages: rt.msgs}
+	return Result{Name: c.Name, Passed: !rt.failed, Skipped: rt.skipped && !rt.failed, Duration: time.Since(start), Messages: rt.msgs}
 }
 
 // reportT collects a case's messages for Verify. Cases call Errorf from
 // helper goroutines, so it is safe for concurrent use.
 type reportT struct {
-	name   string
-	mu     sync.Mutex
-	failed bool
-	msgs   []string
+	name    string
+	mu      sync.Mutex
+	failed  bool
+	skipped bool
+	msgs    []string
 }
 
 func (r *reportT) Helper()      {}
@@ -214,6 +225,14 @@ func (r *reportT) Errorf(format string, args ...any) { r.add(true, format, args)
 
 func (r *reportT) Fatalf(format string, args ...any) {
 	r.add(true, format, args)
+	runtime.Goexit()
+}
+
+func (r *reportT) Skipf(format string, args ...any) {
+	r.mu.Lock()
+	r.skipped = true
+	r.mu.Unlock()
+	r.add(false, format, args)
 	runtime.Goexit()
 }
 

@@ -33,6 +33,8 @@ type bugs struct {
 	racyConditions   bool // conditions checked outside the write lock
 	stickyBatches    bool // an exhausted iterator starts over
 	wrongPartitions  bool // partitions leave a gap
+	shrinkingSize    bool // Size shrinks as keys are written
+	reclaimLoses     bool // Reclaim drops the first live key
 }
 
 // naive is a deliberately simple kv.Store: a map under a lock, and scans
@@ -196,6 +198,37 @@ func (n *naive) Partitions(_ context.Context, start, end []byte) ([]kv.Range, er
 	return []kv.Range{{Start: start, End: end}}, nil
 }
 
+// Size is the bytes of the keys and values held.
+func (n *naive) Size() (int64, error) {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	var size int64
+	for k, v := range n.m {
+		size += int64(len(k) + len(v))
+	}
+	if n.bug.shrinkingSize {
+		size = -size
+	}
+	return size, nil
+}
+
+// Reclaim has nothing to reclaim in a map.
+func (n *naive) Reclaim(ctx context.Context) error {
+	if n.bug.reclaimLoses {
+		n.mu.Lock()
+		first := ""
+		for k := range n.m {
+			if first == "" || k < first {
+				first = k
+			}
+		}
+		delete(n.m, first)
+		n.version++
+		n.mu.Unlock()
+	}
+	return ctx.Err()
+}
+
 func (n *naive) Close() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -305,6 +338,8 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		"racyConditions":   {bugs{racyConditions: true}, []string{"ConcurrentCASCounter"}},
 		"stickyBatches":    {bugs{stickyBatches: true}, []string{"ByteOrder", "MultiBatchScan"}},
 		"wrongPartitions":  {bugs{wrongPartitions: true}, []string{"Partitions"}},
+		"shrinkingSize":    {bugs{shrinkingSize: true}, []string{"Size"}},
+		"reclaimLoses":     {bugs{reclaimLoses: true}, []string{"Reclaim"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -335,11 +370,41 @@ func TestVerifySurvivesPanicsAndOpenErrors(t *testing.T) {
 	}
 	res = kvtest.Verify(t.Context(), kvtest.Config{}, func(context.Context) (kv.Store, error) { return panicky{}, nil })
 	for _, r := range res {
-		if r.Passed && r.Name != "Features" {
+		if r.Passed && !r.Skipped && r.Name != "Features" {
 			t.Errorf("%s passed on a store that panics", r.Name)
 		}
 	}
 }
+
+// TestVerifySkipsOptionalInterfaces: a store that is neither a kv.Sizer
+// nor a kv.Reclaimer passes their cases as skipped, saying why, while the
+// naive store, which is both, runs them.
+func TestVerifySkipsOptionalInterfaces(t *testing.T) {
+	names := []string{"Size", "Reclaim"}
+	var cases []kvtest.Case
+	for _, c := range kvtest.Cases(kvtest.Config{}) {
+		if slices.Contains(names, c.Name) {
+			cases = append(cases, c)
+		}
+	}
+	plain := kvtest.VerifyCases(t.Context(), kvtest.Config{}, cases, func(context.Context) (kv.Store, error) {
+		return plainStore{newNaive(bugs{})}, nil
+	})
+	full := kvtest.VerifyCases(t.Context(), kvtest.Config{}, cases, func(context.Context) (kv.Store, error) {
+		return newNaive(bugs{}), nil
+	})
+	for i := range cases {
+		if r := plain[i]; !r.Passed || !r.Skipped || len(r.Messages) == 0 {
+			t.Errorf("%s on a plain store: passed=%v skipped=%v messages=%q, want a skip saying why", r.Name, r.Passed, r.Skipped, r.Messages)
+		}
+		if r := full[i]; !r.Passed || r.Skipped {
+			t.Errorf("%s on the naive store: passed=%v skipped=%v messages=%q, want it run and passed", r.Name, r.Passed, r.Skipped, r.Messages)
+		}
+	}
+}
+
+// plainStore hides the naive store's optional interfaces.
+type plainStore struct{ kv.Store }
 
 // panicky is an adaptor that panics on every call but Features.
 type panicky struct{ kv.Store }

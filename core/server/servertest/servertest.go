@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/engramkv/engram/core/internal/clock"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server"
@@ -40,6 +42,8 @@ type Options struct {
 	Auth server.AuthOptions
 	// QuotaBackendBytes as in server.Options; 0 sets no quota.
 	QuotaBackendBytes int64
+	// Registerer as in server.Options: nil registers no metrics.
+	Registerer prometheus.Registerer
 }
 
 // Server is a running in-process server.
@@ -48,9 +52,10 @@ type Server struct {
 	// "unix:///path".
 	Endpoint string
 
-	stop func()
-	kill func()
-	srv  *server.Server
+	stop  func()
+	kill  func()
+	srv   *server.Server
+	quota int64
 }
 
 // Kill stops the server the way a crash would look to clients and to the

@@ -37,6 +37,7 @@ func start(t testing.TB, opts Options) *Server {
 		Name:                   "servertest",
 		Auth:                   opts.Auth,
 		QuotaBackendBytes:      opts.QuotaBackendBytes,
+		Registerer:             opts.Registerer,
 	}
 	if opts.Name != "" {
 		sopts.Name = opts.Name
@@ -115,7 +116,7 @@ func start(t testing.TB, opts Options) *Server {
 		})
 	}
 	t.Cleanup(stop)
-	return &Server{Endpoint: endpoint, stop: stop, kill: kill, srv: srv}
+	return &Server{Endpoint: endpoint, stop: stop, kill: kill, srv: srv, quota: opts.QuotaBackendBytes}
 }
 
 func client(t testing.TB, s *Server) *clientv3.Client {

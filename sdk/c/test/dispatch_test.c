@@ -6,10 +6,13 @@
  * sees in wasm, where a stray write corrupts memory silently: the SDK's
  * own answers (INIT rules, malformed requests, duplicate and empty keys,
  * unknown ops and scan ids, CLOSE), batches split to stay under a tiny
- * max_response, and a randomized model check of memkv's snapshots: scans
- * held open across commits must return exactly the state they opened on,
- * while IDLE and scan closes collect old versions. Built with the
- * sanitizers, it also catches out-of-bounds accesses and leaks in both.
+ * max_response, SIZE and RECLAIM (declared only with their callbacks, the
+ * statuses they may answer, memkv's byte count), and a randomized model
+ * check of memkv's snapshots: scans held open across commits must return
+ * exactly the state they opened on, while IDLE, RECLAIM and scan closes
+ * collect old versions, and SIZE counts exactly the live keys and values
+ * whenever no scan holds old ones. Built with the sanitizers, it also
+ * catches out-of-bounds accesses and leaks in both.
  *
  * It prints `dispatch: N checks passed, M failed` and exits non-zero on
  * any failure.
@@ -162,6 +165,17 @@ static int simple(int op) {
     return dispatch(op).ptr[0];
 }
 
+/* SIZE: its status, and the byte count in *bytes when OK. */
+static int size(int64_t *bytes) {
+    engram_empty_req m = {0};
+    engram_encode_empty_req(&req, &m);
+    engram_bytes r = dispatch(ENGRAM_OP_SIZE);
+    *bytes = -1;
+    if (r.ptr[0] == ENGRAM_OK)
+        CHECK(engram_decode_size(r.ptr + 1, r.len - 1, bytes) == ENGRAM_E_OK, "SIZE response does not decode");
+    return r.ptr[0];
+}
+
 static void fresh(const char *config, uint32_t max_resp) {
     void *self = NULL;
     const engram_plugin *vt = engram_plugin_entry(&self);
@@ -311,6 +325,176 @@ static void test_max_response(void) {
     finish();
 }
 
+/* ---- SIZE and RECLAIM ---- */
+
+/* INIT on a new instance of vt; returns the manifest's ops bits (0 when
+ * INIT fails) and its abi_minor in *minor. */
+static uint64_t init_ops(const engram_plugin *vt, void *self, uint32_t *minor) {
+    in = engram_instance_new(vt, self);
+    if (!in) exit(2);
+    engram_init_req m = {0, B(""), 0, 0, 0};
+    engram_encode_init_req(&req, &m);
+    engram_bytes r = dispatch(ENGRAM_OP_INIT);
+    engram_wire_manifest man;
+    if (r.ptr[0] != ENGRAM_OK || engram_decode_manifest(r.ptr + 1, r.len - 1, &man) != ENGRAM_E_OK) return 0;
+    *minor = man.abi_minor;
+    return man.ops;
+}
+
+/* A size and a reclaim callback answering what the test sets. */
+static engram_status fake_status;
+static uint64_t fake_bytes;
+
+static engram_status fake_size(void *self, engram_call *call, uint64_t *bytes) {
+    (void)self;
+    *bytes = fake_bytes;
+    return fake_status == ENGRAM_OK ? ENGRAM_OK : engram_fail(call, fake_status, "fake %s", engram_status_name(fake_status));
+}
+
+static engram_status fake_reclaim(void *self, engram_call *call) {
+    (void)self;
+    return fake_status == ENGRAM_OK ? ENGRAM_OK : engram_fail(call, fake_status, "fake %s", engram_status_name(fake_status));
+}
+
+/* The SDK's side: the manifest declares SIZE and RECLAIM exactly when
+ * their callbacks are set, abi_minor is 1, and the callbacks' answers
+ * become responses the ops may carry. */
+static void test_size_reclaim_sdk(void) {
+    void *self = NULL;
+    engram_plugin vt = *engram_plugin_entry(&self);
+    uint32_t minor = 99;
+    const uint64_t base = ENGRAM_REQUIRED_OPS | 1u << ENGRAM_OP_PARTITIONS | 1u << ENGRAM_OP_IDLE;
+    uint64_t ops = init_ops(&vt, self, &minor);
+    CHECK(ops == (base | 1u << ENGRAM_OP_SIZE | 1u << ENGRAM_OP_RECLAIM) && minor == 1,
+          "memkv declares SIZE and RECLAIM, ABI 1.1: ops 0x%llx, minor %u", (unsigned long long)ops, minor);
+    finish();
+
+    vt.size = NULL;
+    vt.reclaim = NULL;
+    ops = init_ops(&vt, self, &minor);
+    CHECK(ops == base, "without the callbacks, no SIZE or RECLAIM bit: ops 0x%llx", (unsigned long long)ops);
+    int64_t n;
+    CHECK(size(&n) == ENGRAM_UNSUPPORTED, "SIZE without a size callback");
+    CHECK(simple(ENGRAM_OP_RECLAIM) == ENGRAM_UNSUPPORTED, "RECLAIM without a reclaim callback");
+    finish();
+
+    vt.size = fake_size;
+    vt.reclaim = fake_reclaim;
+    ops = init_ops(&vt, self, &minor);
+    CHECK(ops == (base | 1u << ENGRAM_OP_SIZE | 1u << ENGRAM_OP_RECLAIM), "fakes declared: ops 0x%llx",
+          (unsigned long long)ops);
+    fake_status = ENGRAM_OK;
+    fake_bytes = (uint64_t)INT64_MAX;
+    CHECK(size(&n) == ENGRAM_OK && n == INT64_MAX, "SIZE of 2^63-1 bytes: %lld", (long long)n);
+    fake_bytes = (uint64_t)INT64_MAX + 1;
+    engram_encode_empty_req(&req, &(engram_empty_req){0});
+    engram_bytes r = dispatch(ENGRAM_OP_SIZE);
+    CHECK(r.ptr[0] == ENGRAM_INTERNAL && strstr(message(r), "2^63"), "SIZE over an i64: %s", message(r));
+    fake_bytes = 7;
+    static const engram_status passed[] = {ENGRAM_UNSUPPORTED, ENGRAM_INVALID, ENGRAM_UNAVAILABLE, ENGRAM_DEADLINE,
+                                           ENGRAM_INTERNAL};
+    for (size_t i = 0; i < sizeof passed / sizeof passed[0]; i++) {
+        fake_status = passed[i];
+        engram_encode_empty_req(&req, &(engram_empty_req){0});
+        r = dispatch(ENGRAM_OP_SIZE);
+        CHECK(r.ptr[0] == passed[i] && strstr(message(r), "fake"), "SIZE answers %s: got %d %s",
+              engram_status_name(passed[i]), r.ptr[0], message(r));
+        CHECK(simple(ENGRAM_OP_RECLAIM) == (int)passed[i], "RECLAIM answers %s", engram_status_name(passed[i]));
+    }
+    static const engram_status refused[] = {ENGRAM_NOT_FOUND, ENGRAM_CONFLICT, ENGRAM_UNCERTAIN, (engram_status)42};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        fake_status = refused[i];
+        CHECK(size(&n) == ENGRAM_INTERNAL, "SIZE may not answer %d", (int)refused[i]);
+        CHECK(simple(ENGRAM_OP_RECLAIM) == ENGRAM_INTERNAL, "RECLAIM may not answer %d", (int)refused[i]);
+    }
+    fake_status = ENGRAM_OK;
+    CHECK(simple(ENGRAM_OP_RECLAIM) == ENGRAM_OK, "RECLAIM OK");
+    static const uint8_t trailing[] = {0x00, 0x00};
+    for (int op = ENGRAM_OP_SIZE; op <= ENGRAM_OP_RECLAIM; op++) {
+        engram_buf_reserve(&req, sizeof trailing);
+        memcpy(req.ptr, trailing, sizeof trailing);
+        req.len = sizeof trailing;
+        r = dispatch(op);
+        CHECK(r.ptr[0] == ENGRAM_INVALID && strstr(message(r), "malformed"), "%s with a trailing byte: %s",
+              engram_op_name(op), message(r));
+    }
+    finish();
+}
+
+static int del(const char *k) {
+    engram_op op = {ENGRAM_DELETE, B(k), {NULL, 0}, {NULL, 0}};
+    return commit(&op, 1);
+}
+
+/* memkv's SIZE counts the keys and values it holds, the old versions an
+ * open scan still reads included; RECLAIM keeps every live key. */
+static void test_size_reclaim_memkv(void) {
+    fresh("", 0);
+    int64_t n;
+    CHECK(size(&n) == ENGRAM_OK && n == 0, "empty: %lld", (long long)n);
+    put("a", "xyz");
+    CHECK(size(&n) == ENGRAM_OK && n == 4, "a=xyz: %lld", (long long)n);
+    put("a", "xy");
+    put("bb", "12");
+    CHECK(size(&n) == ENGRAM_OK && n == 7, "a=xy bb=12: %lld", (long long)n);
+    CHECK(del("a") == ENGRAM_OK && del("absent") == ENGRAM_OK, "deletes");
+    CHECK(size(&n) == ENGRAM_OK && n == 4, "bb=12: %lld", (long long)n);
+
+    uint64_t id;
+    bool more;
+    size_t count;
+    text t = {0};
+    put("cc", "");
+    CHECK(scan_open("", "", false, 0, 1, &id, &more, &count, &t) == ENGRAM_OK && more, "a scan held open");
+    put("bb", "3456"); /* the scan still reads "12" */
+    del("cc");         /* ...and "cc" */
+    CHECK(size(&n) == ENGRAM_OK && n == 2 + 2 + 4 + 2, "with versions kept for the scan: %lld", (long long)n);
+    CHECK(simple(ENGRAM_OP_RECLAIM) == ENGRAM_OK, "RECLAIM with a scan open");
+    CHECK(size(&n) == ENGRAM_OK && n == 10, "RECLAIM keeps what the scan reads: %lld", (long long)n);
+    CHECK(scan_next(id, 10, &more, &count, &t, NULL) == ENGRAM_OK && !more && !strcmp(t.s, "bb=12;cc=;"),
+          "the scan's snapshot survived RECLAIM: %s", t.s);
+    CHECK(size(&n) == ENGRAM_OK && n == 6, "the scan's versions collected when it closed: %lld", (long long)n);
+
+    /* Many keys, most deleted: RECLAIM shrinks the index, and every key
+     * left is still found, as is every key written afterwards. */
+    char k[16];
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof k, "n%04d", i);
+        put(k, "v");
+    }
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof k, "n%04d", i);
+        if (i % 100) del(k);
+    }
+    CHECK(size(&n) == ENGRAM_OK && n == 6 + 30 * 6, "30 keys of 3000 left: %lld", (long long)n);
+    CHECK(simple(ENGRAM_OP_RECLAIM) == ENGRAM_OK, "RECLAIM");
+    char v[8];
+    int found = 0, wrong = 0;
+    for (int i = 0; i < 3000; i++) {
+        snprintf(k, sizeof k, "n%04d", i);
+        int st = get(k, v, sizeof v);
+        found += st == ENGRAM_OK;
+        wrong += st != (i % 100 ? ENGRAM_NOT_FOUND : ENGRAM_OK);
+    }
+    CHECK(found == 30 && wrong == 0, "after RECLAIM: %d keys found, %d wrong", found, wrong);
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "p%04d", i);
+        put(k, "w");
+    }
+    for (int i = 0; i < 200; i++) {
+        snprintf(k, sizeof k, "p%04d", i);
+        wrong += get(k, v, sizeof v) != ENGRAM_OK || strcmp(v, "w");
+    }
+    CHECK(wrong == 0 && size(&n) == ENGRAM_OK && n == 186 + 200 * 6, "writes after RECLAIM: %d wrong, %lld bytes",
+          wrong, (long long)n);
+    t.n = 0;
+    CHECK(scan_open("bb", "n0100", false, 0, 0, &id, &more, &count, &t) == ENGRAM_OK && !more &&
+              !strcmp(t.s, "bb=3456;n0000=v;"),
+          "a scan after RECLAIM: %s", t.s);
+    free(t.s);
+    finish();
+}
+
 /* ---- randomized snapshots against a model ---- */
 
 enum { NKEYS = 64, NSCANS = 4 };
@@ -359,7 +543,7 @@ static void test_snapshots(void) {
     memset(&m, 0, sizeof m);
     open_scan scans[NSCANS];
     memset(scans, 0, sizeof scans);
-    int commits = 0, verified = 0;
+    int commits = 0, verified = 0, sized = 0;
     for (int step = 0; step < 20000; step++) {
         uint32_t what = rnd(100);
         if (what < 45) { /* a batch of up to 4 writes on distinct keys */
@@ -440,8 +624,18 @@ static void test_snapshots(void) {
             open_scan *sc = &scans[rnd(NSCANS)];
             if (sc->open) scan_close(sc->id);
             sc->open = false;
-        } else if (what < 97) {
-            CHECK(simple(ENGRAM_OP_IDLE) == ENGRAM_OK, "IDLE");
+        } else if (what < 97) { /* housekeeping; then, with no scan open, nothing old is held */
+            int op = rnd(2) ? ENGRAM_OP_IDLE : ENGRAM_OP_RECLAIM;
+            CHECK(simple(op) == ENGRAM_OK, "%s", engram_op_name(op));
+            bool open = false;
+            for (int s = 0; s < NSCANS; s++) open |= scans[s].open;
+            int64_t held, live = 0;
+            for (int i = 0; i < NKEYS; i++)
+                if (m.present[i]) live += 3 + (int64_t)strlen(m.value[i]);
+            CHECK(size(&held) == ENGRAM_OK && (open ? held >= live : held == live),
+                  "step %d: SIZE %lld, live keys and values %lld, scans open %d", step, (long long)held,
+                  (long long)live, open);
+            sized += !open;
         } else { /* every key, now */
             char k[8], v[24];
             int i = (int)rnd(NKEYS);
@@ -452,6 +646,7 @@ static void test_snapshots(void) {
         }
     }
     CHECK(verified > 1000, "%d scans verified over %d commits", verified, commits);
+    CHECK(sized > 20, "SIZE checked exactly %d times", sized);
     for (int s = 0; s < NSCANS; s++) {
         free(scans[s].want.s);
         free(scans[s].got.s);
@@ -465,7 +660,7 @@ static void test_snapshots(void) {
 static void test_fuzz(void) {
     fresh("", 512);
     CHECK(put("fa", "1") == ENGRAM_OK && put("fb", "2") == ENGRAM_OK, "seed");
-    static const int ops[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 255};
+    static const int ops[] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 255};
     int invalid = 0;
     for (int step = 0; step < 100000; step++) {
         int op = ops[rnd(sizeof ops / sizeof ops[0])];
@@ -500,6 +695,8 @@ static void test_fuzz(void) {
 int main(void) {
     test_protocol();
     test_max_response();
+    test_size_reclaim_sdk();
+    test_size_reclaim_memkv();
     test_snapshots();
     test_fuzz();
     engram_buf_free(&req);

@@ -237,7 +237,7 @@ static const char *kind_name(int k) {
 /* ---- decode, describe, re-encode ---- */
 
 static int op_code(const char *name) {
-    for (int op = ENGRAM_OP_INIT; op <= ENGRAM_OP_IDLE; op++)
+    for (int op = ENGRAM_OP_INIT; op <= ENGRAM_OP_RECLAIM; op++)
         if (!strcmp(name, engram_op_name(op))) return op;
     return -1;
 }
@@ -348,7 +348,9 @@ static engram_err roundtrip(int op, bool request, const uint8_t *b, size_t n, en
             break;
         }
         case ENGRAM_OP_CLOSE:
-        case ENGRAM_OP_IDLE: {
+        case ENGRAM_OP_IDLE:
+        case ENGRAM_OP_SIZE:
+        case ENGRAM_OP_RECLAIM: {
             engram_empty_req m;
             if ((e = engram_decode_empty_req(b, n, &m))) return e;
             tprintf(t, "deadline=%lld", (long long)m.deadline);
@@ -463,7 +465,14 @@ static engram_err roundtrip(int op, bool request, const uint8_t *b, size_t n, en
             free(r);
             break;
         }
-        default: /* SCAN_CLOSE, COMMIT, CLOSE, IDLE: an empty OK */
+        case ENGRAM_OP_SIZE: {
+            int64_t bytes;
+            if ((e = engram_decode_size(body, bn, &bytes))) return e;
+            tprintf(t, " bytes=%lld", (long long)bytes);
+            ok = engram_encode_size(out, bytes);
+            break;
+        }
+        default: /* SCAN_CLOSE, COMMIT, CLOSE, IDLE, RECLAIM: an empty OK */
             if ((e = engram_decode_empty(body, bn))) return e;
             ok = engram_encode_status(out, ENGRAM_OK);
         }
@@ -486,8 +495,12 @@ static const struct {
                        "CAS \"k4\" expected=\"o\" value=\"n\" CAD \"k5\" expected=\"o\""},
     {"partitions-request", "deadline=0 start=\"\" end=\"z\" max_parts=4"},
     {"close-request", "deadline=0"},
+    {"size-request", "deadline=1700000000000000000"},
+    {"reclaim-request", "deadline=1700000000000000000"},
     {"init-response", "OK name=\"memkv\" version=\"1.0\" abi_minor=0 model=1 max_instances=1 ops=0x3fe "
                       "features=0x1 max_commit_ops=0 max_commit_bytes=0 max_scan_batch=1000"},
+    {"init-response-abi-1.1", "OK name=\"memkv\" version=\"1.1\" abi_minor=1 model=1 max_instances=1 ops=0xffe "
+                              "features=0x1 max_commit_ops=0 max_commit_bytes=0 max_scan_batch=1000"},
     {"get-response-ok", "OK value=\"hello\""},
     {"get-response-not-found", "NOT_FOUND"},
     {"scan-open-response", "OK id=1 pairs=[\"a\"=\"1\" \"b\"=\"\"] more=1"},
@@ -495,6 +508,9 @@ static const struct {
     {"commit-response-conflict", "CONFLICT index=3 exists=1 current=\"cur\""},
     {"commit-response-uncertain", "UNCERTAIN message=\"timeout\""},
     {"partitions-response", "OK ranges=[[\"\" \"m\") [\"m\" \"\")]"},
+    {"size-response", "OK bytes=5368709120"},
+    {"reclaim-response-ok", "OK"},
+    {"reclaim-response-deadline", "DEADLINE message=\"vacuum ran past the deadline\""},
 };
 
 /* ---- checking one vector ---- */
@@ -694,6 +710,14 @@ static void codec_checks_run(void) {
     /* The manifest is extensible; an error response to INIT is not. */
     expect_err("INIT error with a trailing byte", decode_hex_resp(ENGRAM_OP_INIT, "08" "0161" "00", &out),
                ENGRAM_E_TRAILING);
+    /* SIZE's byte count is an i64; RECLAIM's OK body is empty. */
+    expect_err("size 2^63-1", decode_hex_resp(ENGRAM_OP_SIZE, "00" "ffffffffffffffff7f", &out), ENGRAM_E_OK);
+    expect_err("size 2^63", decode_hex_resp(ENGRAM_OP_SIZE, "00" "80808080808080808001", &out), ENGRAM_E_OVERFLOW);
+    expect_err("size without its count", decode_hex_resp(ENGRAM_OP_SIZE, "00", &out), ENGRAM_E_SHORT);
+    expect_err("NOT_FOUND for SIZE", decode_hex_resp(ENGRAM_OP_SIZE, "01", &out), ENGRAM_E_BAD_VALUE);
+    expect_err("UNCERTAIN for RECLAIM", decode_hex_resp(ENGRAM_OP_RECLAIM, "03" "00", &out), ENGRAM_E_BAD_VALUE);
+    expect_err("RECLAIM OK with a body", decode_hex_resp(ENGRAM_OP_RECLAIM, "00" "00", &out), ENGRAM_E_TRAILING);
+    expect_err("SIZE request with a body", decode_hex_req(ENGRAM_OP_SIZE, "00" "00", &out), ENGRAM_E_TRAILING);
     engram_buf_free(&out);
 }
 

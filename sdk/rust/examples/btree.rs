@@ -36,6 +36,20 @@
 //! how many of them are used (1 to 7, or 8 for "7, and more words follow").
 //! Comparing the word slices orders keys exactly as comparing the bytes
 //! does (see `encode_key`), 7 bytes per step.
+//!
+//! # Size and reclaim (ABI 1.1)
+//!
+//! SIZE answers the bytes of the keys and values the store holds, the
+//! versions kept for open scans included: a running count that every write
+//! and every prune adjusts, so SIZE costs nothing however often the host
+//! asks. RECLAIM gives back the slack of value buffers (a commit reuses a
+//! buffer up to twice the new value's size) and of the store's scratch
+//! space, in one pass over the keys that stops at the request's deadline.
+//! That memory returns to the allocator for later writes: a wasm instance's
+//! memory never shrinks, so the host sees no change in the instance's
+//! footprint, and SIZE, which counts data rather than memory, none either.
+//! Old versions need no reclaiming: they are dropped as soon as the scans
+//! that read them close.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -74,6 +88,20 @@ fn encode_key<'a>(key: &[u8], out: &'a mut Vec<u64>) -> &'a [u64] {
         out.push(u64::from_be_bytes(w));
     }
     out
+}
+
+/// The length in bytes of a key in word form: 7 per word but the last,
+/// whose low byte says how many of its bytes are used.
+fn key_len(words: &[u64]) -> u64 {
+    match words.last() {
+        None => 0,
+        Some(last) => 7 * (words.len() as u64 - 1) + u64::from(last.to_be_bytes()[7]).min(7),
+    }
+}
+
+/// The length of a value, or 0 for a deletion.
+fn value_len(v: &Option<Vec<u8>>) -> u64 {
+    v.as_ref().map_or(0, |v| v.len() as u64)
 }
 
 /// Decodes a key's word form into `out` (cleared first) and returns it.
@@ -135,6 +163,9 @@ pub struct BTreeStore {
     map: Map,
     /// The sequence of the last commit.
     seq: u64,
+    /// The bytes of the keys and values held, old versions included: what
+    /// SIZE answers.
+    held: u64,
     /// Open scans per snapshot sequence.
     open: BTreeMap<u64, u32>,
     /// Keys whose entry has old versions, to prune when the oldest open
@@ -190,57 +221,80 @@ impl BTreeStore {
     /// to the writes made while scans were open.
     fn prune(&mut self) {
         let oldest = self.open.keys().next().copied();
-        let map = &mut self.map;
+        let (map, held) = (&mut self.map, &mut self.held);
         self.dirty.retain(|key| {
             let e = match map.get_mut(key) {
                 Some(e) => e,
                 None => return false,
             };
-            match oldest {
-                Some(o) if e.seq > o => {
-                    if let Some(p) = e.old.iter().rposition(|v| v.seq <= o) {
-                        e.old.drain(..p);
-                    }
-                }
-                _ => e.old.clear(),
-            }
+            let dropped = match oldest {
+                Some(o) if e.seq > o => e.old.iter().rposition(|v| v.seq <= o).unwrap_or(0),
+                _ => e.old.len(),
+            };
+            *held -= e.old.drain(..dropped).map(|v| value_len(&v.value)).sum::<u64>();
             if !e.old.is_empty() {
                 return true;
             }
             if e.value.is_none() {
                 map.remove(key);
+                *held -= key_len(key);
             }
             false
         });
     }
 }
 
-/// Writes (`Some`) or deletes (`None`) `key` in commit `seq`, keeping the
-/// value it replaces if a scan at or before `newest_snap` can see it. A
-/// function of the fields it needs rather than a method, so that `key` may
-/// borrow the store's scratch space.
-fn write(map: &mut Map, dirty: &mut Vec<Box<[u64]>>, key: &[u64], value: Option<&[u8]>, seq: u64, newest_snap: Option<u64>) {
-    let e = match map.get_mut(key) {
-        Some(e) => e,
-        None => {
-            // An absent key: nothing to keep (a scan cannot see a version
-            // that did not exist), and deleting it is a no-op.
-            if let Some(v) = value {
-                map.insert(Box::from(key), Entry { seq, value: Some(v.to_vec()), old: Vec::new() });
+/// The store's fields a commit changes, borrowed apart from its scratch
+/// space, which holds the key being written.
+struct Writer<'s> {
+    map: &'s mut Map,
+    dirty: &'s mut Vec<Box<[u64]>>,
+    held: &'s mut u64,
+    seq: u64,
+    /// The newest open snapshot, if any.
+    newest_snap: Option<u64>,
+}
+
+impl Writer<'_> {
+    /// Writes (`Some`) or deletes (`None`) `key` in commit `seq`, keeping
+    /// the value it replaces if a scan at or before `newest_snap` can see
+    /// it.
+    fn write(&mut self, key: &[u64], value: Option<&[u8]>) {
+        let (seq, held) = (self.seq, &mut *self.held);
+        let e = match self.map.get_mut(key) {
+            Some(e) => e,
+            None => {
+                // An absent key: nothing to keep (a scan cannot see a
+                // version that did not exist), and deleting it is a no-op.
+                if let Some(v) = value {
+                    *held += key_len(key) + v.len() as u64;
+                    self.map.insert(Box::from(key), Entry { seq, value: Some(v.to_vec()), old: Vec::new() });
+                }
+                return;
             }
+        };
+        *held += value.map_or(0, |v| v.len() as u64);
+        if self.newest_snap.map_or(false, |s| e.seq <= s) {
+            if e.old.is_empty() {
+                self.dirty.push(Box::from(key));
+            }
+            let prev = std::mem::replace(&mut e.value, value.map(<[u8]>::to_vec));
+            e.old.push(Version { seq: e.seq, value: prev });
+            e.seq = seq;
             return;
         }
-    };
-    if newest_snap.map_or(false, |s| e.seq <= s) {
-        if e.old.is_empty() {
-            dirty.push(Box::from(key));
-        }
-        let prev = std::mem::replace(&mut e.value, value.map(<[u8]>::to_vec));
-        e.old.push(Version { seq: e.seq, value: prev });
         e.seq = seq;
-        return;
+        *held -= value_len(&e.value);
+        overwrite(e, value);
+        if e.value.is_none() && e.old.is_empty() {
+            self.map.remove(key);
+            *held -= key_len(key);
+        }
     }
-    e.seq = seq;
+}
+
+/// Replaces an entry's latest value in place.
+fn overwrite(e: &mut Entry, value: Option<&[u8]>) {
     match (value, &mut e.value) {
         // Reuse the buffer unless it would waste more than it saves.
         (Some(v), Some(buf)) if buf.capacity() >= v.len() && buf.capacity() <= 2 * v.len() + 64 => {
@@ -248,12 +302,7 @@ fn write(map: &mut Map, dirty: &mut Vec<Box<[u64]>>, key: &[u64], value: Option<
             buf.extend_from_slice(v);
         }
         (Some(v), slot) => *slot = Some(v.to_vec()),
-        (None, slot) => {
-            *slot = None;
-            if e.old.is_empty() {
-                map.remove(key);
-            }
-        }
+        (None, slot) => *slot = None,
     }
 }
 
@@ -307,8 +356,10 @@ impl Store for BTreeStore {
         }
         *self = BTreeStore::new();
         log_debug!("btree-rust: instance {} ready (max response {} bytes)", host.instance, host.max_response);
-        let mut m = Manifest::new("btree-rust", "1.1.0", Model::Single);
+        let mut m = Manifest::new("btree-rust", "1.2.0", Model::Single);
         m.partitions = true;
+        m.size = true;
+        m.reclaim = true;
         Ok(m)
     }
 
@@ -393,13 +444,42 @@ impl Store for BTreeStore {
             }
         }
         let seq = self.seq + 1;
-        let newest_snap = self.open.keys().next_back().copied();
+        let mut w = Writer {
+            map: &mut self.map,
+            dirty: &mut self.dirty,
+            held: &mut self.held,
+            seq,
+            newest_snap: self.open.keys().next_back().copied(),
+        };
         for op in ops {
             let value = if op.kind.has_value() { Some(op.value) } else { None };
-            let k = encode_key(op.key, &mut self.words);
-            write(&mut self.map, &mut self.dirty, k, value, seq, newest_snap);
+            w.write(encode_key(op.key, &mut self.words), value);
         }
         self.seq = seq;
+        Ok(())
+    }
+
+    fn size(&mut self, _cx: &Ctx) -> Result<u64, Error> {
+        Ok(self.held)
+    }
+
+    /// See the module documentation. A deadline that passes mid-way ends
+    /// the pass with DEADLINE: what was shrunk stays shrunk, and what the
+    /// store holds is unchanged either way.
+    fn reclaim(&mut self, cx: &Ctx) -> Result<(), Error> {
+        const CHECK_EVERY: usize = 4096;
+        let total = self.map.len();
+        for (i, e) in self.map.values_mut().enumerate() {
+            if i % CHECK_EVERY == CHECK_EVERY - 1 && cx.expired() {
+                return Err(Error::Deadline(format!("reclaim: the deadline passed after {i} of {total} keys")));
+            }
+            if let Some(v) = e.value.as_mut() {
+                v.shrink_to_fit();
+            }
+        }
+        self.dirty.shrink_to_fit();
+        self.words = Vec::new();
+        self.bytes = Vec::new();
         Ok(())
     }
 
@@ -446,7 +526,8 @@ mod tests {
     use super::*;
     use engram_plugin::abi::{Opcode, Status};
     use engram_plugin::messages::{
-        CommitRequest, GetRequest, Header, InitRequest, Response, ScanCloseRequest, ScanNextRequest, ScanOpenRequest,
+        CommitRequest, EmptyRequest, GetRequest, Header, InitRequest, Response, ScanCloseRequest, ScanNextRequest,
+        ScanOpenRequest,
     };
     use engram_plugin::Dispatcher;
 
@@ -462,7 +543,13 @@ mod tests {
         let mut d = Dispatcher::new(BTreeStore::new());
         let init = enc(|b| InitRequest::default().encode(b));
         let resp = d.dispatch(Opcode::Init.code(), &init).to_vec();
-        assert!(matches!(Response::decode(Opcode::Init, &resp), Ok(Response::Manifest(_))));
+        match Response::decode(Opcode::Init, &resp) {
+            Ok(Response::Manifest(m)) => {
+                let want = Opcode::Partitions.bit() | Opcode::Size.bit() | Opcode::Reclaim.bit();
+                assert_eq!(m.ops & want, want, "ops 0x{:x}", m.ops);
+            }
+            other => panic!("INIT: {other:?}"),
+        }
         d
     }
 
@@ -510,8 +597,30 @@ mod tests {
         }
     }
 
+    /// SIZE, through the dispatcher.
+    fn size(d: &mut Dispatcher<BTreeStore>) -> u64 {
+        match Response::decode(Opcode::Size, d.dispatch(Opcode::Size.code(), &[0])) {
+            Ok(Response::Size(n)) => n,
+            other => panic!("SIZE: {other:?}"),
+        }
+    }
+
+    /// The bytes of keys and values the map holds, counted the slow way.
+    fn held_by_walking(s: &BTreeStore) -> u64 {
+        let mut buf = Vec::new();
+        s.map
+            .iter()
+            .map(|(k, e)| {
+                decode_key(k, &mut buf).len() as u64
+                    + value_len(&e.value)
+                    + e.old.iter().map(|v| value_len(&v.value)).sum::<u64>()
+            })
+            .sum()
+    }
+
     fn assert_clean(d: &Dispatcher<BTreeStore>) {
         let s = d.store();
+        assert_eq!(s.held, held_by_walking(s), "the running count of bytes held drifted");
         assert!(s.open.is_empty(), "scans still registered: {:?}", s.open);
         assert!(s.dirty.is_empty(), "{} dirty keys with no scan open", s.dirty.len());
         for (k, e) in &s.map {
@@ -564,6 +673,58 @@ mod tests {
         let (_, all) = open(&mut d, true, 0);
         let keys: Vec<Vec<u8>> = all.into_iter().map(|(k, _)| k).collect();
         assert_eq!(keys, vec![b"f".to_vec(), b"e".to_vec(), b"c".to_vec(), b"bb".to_vec(), b"b".to_vec(), b"a".to_vec()]);
+    }
+
+    #[test]
+    fn size_counts_keys_and_values_held() {
+        let mut d = ready();
+        assert_eq!(size(&mut d), 0);
+        assert_eq!(commit(&mut d, &[put(b"a", b"xyz"), put(b"0123456789abcdef", b"")]), [0]);
+        assert_eq!(size(&mut d), 1 + 3 + 16);
+        assert_eq!(commit(&mut d, &[put(b"a", b"xy"), del(b"absent")]), [0]);
+        assert_eq!(size(&mut d), 1 + 2 + 16);
+        // A scan held open keeps the versions it reads, and SIZE counts them.
+        let (id, first) = open(&mut d, false, 1);
+        assert_eq!(first, vec![(b"0123456789abcdef".to_vec(), vec![])]);
+        assert_eq!(commit(&mut d, &[put(b"a", b"1234"), del(b"0123456789abcdef")]), [0]);
+        assert_eq!(size(&mut d), 1 + 2 + 16 + 4);
+        assert_eq!(d.store().held, held_by_walking(d.store()));
+        assert_eq!(next(&mut d, id, 10), (0, vec![(b"a".to_vec(), b"xy".to_vec())]));
+        assert_eq!(size(&mut d), 1 + 4, "the scan's versions were dropped when it ended");
+        assert_clean(&d);
+        assert_eq!(commit(&mut d, &[del(b"a")]), [0]);
+        assert_eq!(size(&mut d), 0);
+    }
+
+    #[test]
+    fn reclaim_shrinks_value_buffers_and_keeps_every_key() {
+        let mut d = ready();
+        let keys: Vec<Vec<u8>> = (0..5000).map(|i| format!("key{i:05}").into_bytes()).collect();
+        let long = vec![b'x'; 100];
+        for k in &keys {
+            assert_eq!(commit(&mut d, &[put(k, &long)]), [0]);
+            // Reuses the 100-byte buffer for 60 bytes: 40 bytes of slack.
+            assert_eq!(commit(&mut d, &[put(k, &long[..60])]), [0]);
+        }
+        let slack = |s: &BTreeStore| s.map.values().filter_map(|e| e.value.as_ref()).map(|v| v.capacity() - v.len()).sum::<usize>();
+        assert!(slack(d.store()) >= 5000 * 40, "no slack to reclaim: {}", slack(d.store()));
+        let before = size(&mut d);
+        // A deadline already passed stops the pass at its first check.
+        let mut late = Vec::new();
+        EmptyRequest { header: Header { deadline: 1 } }.encode(&mut late);
+        match Response::decode(Opcode::Reclaim, d.dispatch(Opcode::Reclaim.code(), &late)) {
+            Ok(Response::Error { status: Status::Deadline, message }) => {
+                assert!(String::from_utf8_lossy(message).contains("after 4095 of 5000 keys"), "{message:?}")
+            }
+            other => panic!("RECLAIM past its deadline: {other:?}"),
+        }
+        assert_eq!(Response::decode(Opcode::Reclaim, d.dispatch(Opcode::Reclaim.code(), &[0])), Ok(Response::Ok));
+        assert_eq!(slack(d.store()), 0);
+        assert_eq!(size(&mut d), before, "RECLAIM changed what the store holds");
+        for k in &keys {
+            assert_eq!(get(&mut d, k).as_deref(), Some(&long[..60]));
+        }
+        assert_clean(&d);
     }
 
     #[test]
@@ -636,6 +797,7 @@ mod tests {
                         .map(|((k, v), &x)| if x { del(k) } else { put(k, v) })
                         .collect();
                     assert_eq!(commit(&mut d, &ops), [0]);
+                    assert_eq!(size(&mut d), held_by_walking(d.store()), "round {round}");
                     for ((k, v), &x) in keys.iter().zip(&vals).zip(&dels) {
                         if x {
                             model.remove(k);
@@ -689,6 +851,8 @@ mod tests {
             assert!(got == want, "scan drained at the end saw something other than its snapshot");
         }
         assert_clean(&d);
+        let live: usize = model.iter().map(|(k, v)| k.len() + v.len()).sum();
+        assert_eq!(size(&mut d), live as u64, "with no scan open, SIZE is the live keys and values");
         let all: Model = model.clone();
         assert_eq!(d.store().map.len(), all.len());
         for (k, v) in &all {

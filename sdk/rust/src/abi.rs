@@ -1,4 +1,4 @@
-//! The names and numbers of the plugin ABI, version 1.0 (`abi/ABI.md` in the
+//! The names and numbers of the plugin ABI, version 1.1 (`abi/ABI.md` in the
 //! Engram repository, the normative text; `abi/abi.go` is the Go twin of
 //! this module): op codes, statuses, instance models, commit op kinds,
 //! feature and host flag bits, and the error codes of the host imports.
@@ -12,7 +12,7 @@
 pub const MAJOR: i32 = 1;
 
 /// The ABI minor version this SDK implements, reported in the manifest.
-pub const MINOR: u32 = 0;
+pub const MINOR: u32 = 1;
 
 /// The import module of the host functions of this major.
 pub const HOST_MODULE: &str = "engram_host_v1";
@@ -39,11 +39,15 @@ pub enum Opcode {
     Close = 8,
     /// Housekeeping while nothing waits.
     Idle = 9,
+    /// How many bytes the store's data takes (ABI 1.1).
+    Size = 10,
+    /// Reclaim space now: etcd's Defragment (ABI 1.1).
+    Reclaim = 11,
 }
 
 impl Opcode {
-    /// Every op of ABI 1.0, in code order.
-    pub const ALL: [Opcode; 9] = [
+    /// Every op of ABI 1.1, in code order.
+    pub const ALL: [Opcode; 11] = [
         Opcode::Init,
         Opcode::Get,
         Opcode::ScanOpen,
@@ -53,6 +57,8 @@ impl Opcode {
         Opcode::Partitions,
         Opcode::Close,
         Opcode::Idle,
+        Opcode::Size,
+        Opcode::Reclaim,
     ];
 
     /// The op with wire code `code`, if this ABI version knows it.
@@ -67,6 +73,8 @@ impl Opcode {
             7 => Some(Opcode::Partitions),
             8 => Some(Opcode::Close),
             9 => Some(Opcode::Idle),
+            10 => Some(Opcode::Size),
+            11 => Some(Opcode::Reclaim),
             _ => None,
         }
     }
@@ -98,6 +106,8 @@ impl Opcode {
             Opcode::Partitions => "PARTITIONS",
             Opcode::Close => "CLOSE",
             Opcode::Idle => "IDLE",
+            Opcode::Size => "SIZE",
+            Opcode::Reclaim => "RECLAIM",
         }
     }
 }
@@ -368,7 +378,7 @@ mod tests {
             assert_eq!(Opcode::from_name(op.name()), Some(op));
         }
         assert_eq!(Opcode::from_code(0), None);
-        assert_eq!(Opcode::from_code(10), None);
+        assert_eq!(Opcode::from_code(12), None);
         for c in 0..=8 {
             assert_eq!(Status::from_code(c).map(Status::code), Some(c));
         }

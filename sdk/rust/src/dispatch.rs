@@ -77,6 +77,10 @@ pub struct Dispatcher<S: Store> {
     max_scan_batch: usize,
     /// The store declared PARTITIONS.
     partitions: bool,
+    /// The store declared SIZE.
+    size: bool,
+    /// The store declared RECLAIM.
+    reclaim: bool,
     resp: Vec<u8>,
     /// The decoded ops of the last COMMIT, kept empty between calls so that
     /// its allocation is reused whatever the borrow of the next request
@@ -97,6 +101,8 @@ impl<S: Store> Dispatcher<S> {
             max_resp: DEFAULT_MAX_RESPONSE,
             max_scan_batch: 0,
             partitions: false,
+            size: false,
+            reclaim: false,
             resp: Vec::new(),
             ops: Vec::new(),
             dups: DupFinder::default(),
@@ -172,7 +178,13 @@ impl<S: Store> Dispatcher<S> {
                 self.fail(Status::Unsupported, &["PARTITIONS: the store's manifest does not declare partitions"])
             }
             Opcode::Close => self.close(req),
-            Opcode::Idle => self.idle(req),
+            Opcode::Idle => self.empty_op(Opcode::Idle, req, S::idle),
+            Opcode::Size if self.size => self.size(req),
+            Opcode::Size => self.fail(Status::Unsupported, &["SIZE: the store's manifest does not declare size"]),
+            Opcode::Reclaim if self.reclaim => self.empty_op(Opcode::Reclaim, req, S::reclaim),
+            Opcode::Reclaim => {
+                self.fail(Status::Unsupported, &["RECLAIM: the store's manifest does not declare reclaim"])
+            }
         }
     }
 
@@ -211,7 +223,9 @@ impl<S: Store> Dispatcher<S> {
             Opcode::Partitions => "partitions: ",
             Opcode::Close => "close: ",
             Opcode::Idle => "idle: ",
-            Opcode::Get | Opcode::Commit => "",
+            // The host names SIZE and RECLAIM in its errors: their messages
+            // go out as the store wrote them, as the golden vectors have it.
+            Opcode::Get | Opcode::Commit | Opcode::Size | Opcode::Reclaim => "",
         };
         if !st.allowed_for(op) || st == Status::Ok || st == Status::Conflict {
             return self.fail(
@@ -246,6 +260,12 @@ impl<S: Store> Dispatcher<S> {
             ops |= Opcode::Partitions.bit();
             features |= FEATURE_PARTITIONS;
         }
+        if man.size {
+            ops |= Opcode::Size.bit();
+        }
+        if man.reclaim {
+            ops |= Opcode::Reclaim.bit();
+        }
         if man.durable {
             features |= FEATURE_DURABLE;
         }
@@ -268,6 +288,8 @@ impl<S: Store> Dispatcher<S> {
         self.resp.push(Status::Ok.code());
         wire.encode(&mut self.resp);
         self.partitions = man.partitions;
+        self.size = man.size;
+        self.reclaim = man.reclaim;
         self.max_scan_batch = man.max_scan_batch as usize;
         self.phase = Phase::Ready;
         0
@@ -449,12 +471,32 @@ impl<S: Store> Dispatcher<S> {
         0
     }
 
-    fn close(&mut self, req: &[u8]) -> usize {
-        let m = match EmptyRequest::decode(req) {
-            Ok(m) => m,
-            Err(e) => return self.bad_request(Opcode::Close, e),
+    /// Decodes the body of an op that has only the header: its context,
+    /// or the INVALID response's offset.
+    fn header_only(&mut self, op: Opcode, req: &[u8]) -> Result<Ctx, usize> {
+        match EmptyRequest::decode(req) {
+            Ok(m) => Ok(Ctx::new(m.header.deadline)),
+            Err(e) => Err(self.bad_request(op, e)),
+        }
+    }
+
+    /// Serves a header-only op whose OK body is empty with `call`.
+    fn empty_op(&mut self, op: Opcode, req: &[u8], call: impl FnOnce(&mut S, &Ctx) -> Result<(), Error>) -> usize {
+        let cx = match self.header_only(op, req) {
+            Ok(cx) => cx,
+            Err(at) => return at,
         };
-        let cx = Ctx::new(m.header.deadline);
+        match call(&mut self.store, &cx) {
+            Ok(()) => self.ok(),
+            Err(e) => self.store_error(op, e),
+        }
+    }
+
+    fn close(&mut self, req: &[u8]) -> usize {
+        let cx = match self.header_only(Opcode::Close, req) {
+            Ok(cx) => cx,
+            Err(at) => return at,
+        };
         for (_, open) in std::mem::take(&mut self.scans) {
             self.store.scan_close(open.scan);
         }
@@ -465,15 +507,25 @@ impl<S: Store> Dispatcher<S> {
         }
     }
 
-    fn idle(&mut self, req: &[u8]) -> usize {
-        let m = match EmptyRequest::decode(req) {
-            Ok(m) => m,
-            Err(e) => return self.bad_request(Opcode::Idle, e),
+    fn size(&mut self, req: &[u8]) -> usize {
+        let cx = match self.header_only(Opcode::Size, req) {
+            Ok(cx) => cx,
+            Err(at) => return at,
         };
-        let cx = Ctx::new(m.header.deadline);
-        match self.store.idle(&cx) {
-            Ok(()) => self.ok(),
-            Err(e) => self.store_error(Opcode::Idle, e),
+        match self.store.size(&cx) {
+            // The wire field is an i64: a larger count would make the host
+            // refuse the response as malformed and discard the instance.
+            Ok(n) if n > i64::MAX as u64 => {
+                let msg = format!("size: the store reported {n} bytes, over 2^63-1");
+                self.fail(Status::Internal, &[&msg])
+            }
+            Ok(n) => {
+                self.resp.clear();
+                self.resp.push(Status::Ok.code());
+                put_uvarint(&mut self.resp, n);
+                0
+            }
+            Err(e) => self.store_error(Opcode::Size, e),
         }
     }
 

@@ -329,7 +329,7 @@ impl<'a> PartitionsRequest<'a> {
     }
 }
 
-/// The body of CLOSE and IDLE: the header alone.
+/// The body of CLOSE, IDLE, SIZE and RECLAIM: the header alone.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EmptyRequest {
     /// The request header.
@@ -378,6 +378,10 @@ pub enum Request<'a> {
     Close(EmptyRequest),
     /// IDLE.
     Idle(EmptyRequest),
+    /// SIZE (ABI 1.1).
+    Size(EmptyRequest),
+    /// RECLAIM (ABI 1.1).
+    Reclaim(EmptyRequest),
 }
 
 impl<'a> Request<'a> {
@@ -393,6 +397,8 @@ impl<'a> Request<'a> {
             Opcode::Partitions => Request::Partitions(PartitionsRequest::decode(b)?),
             Opcode::Close => Request::Close(EmptyRequest::decode(b)?),
             Opcode::Idle => Request::Idle(EmptyRequest::decode(b)?),
+            Opcode::Size => Request::Size(EmptyRequest::decode(b)?),
+            Opcode::Reclaim => Request::Reclaim(EmptyRequest::decode(b)?),
         })
     }
 
@@ -408,6 +414,8 @@ impl<'a> Request<'a> {
             Request::Partitions(_) => Opcode::Partitions,
             Request::Close(_) => Opcode::Close,
             Request::Idle(_) => Opcode::Idle,
+            Request::Size(_) => Opcode::Size,
+            Request::Reclaim(_) => Opcode::Reclaim,
         }
     }
 
@@ -421,7 +429,7 @@ impl<'a> Request<'a> {
             Request::ScanClose(m) => m.encode(out),
             Request::Commit(m) => m.encode(out),
             Request::Partitions(m) => m.encode(out),
-            Request::Close(m) | Request::Idle(m) => m.encode(out),
+            Request::Close(m) | Request::Idle(m) | Request::Size(m) | Request::Reclaim(m) => m.encode(out),
         }
     }
 }
@@ -536,7 +544,10 @@ pub enum Response<'a> {
     },
     /// OK to PARTITIONS: the ranges.
     Partitions(Vec<Range<'a>>),
-    /// OK with an empty body (SCAN_CLOSE, COMMIT, CLOSE, IDLE).
+    /// OK to SIZE: how many bytes the store's data takes (an i64 on the
+    /// wire, so never above `i64::MAX`).
+    Size(u64),
+    /// OK with an empty body (SCAN_CLOSE, COMMIT, CLOSE, IDLE, RECLAIM).
     Ok,
     /// NOT_FOUND (GET only).
     NotFound,
@@ -590,7 +601,8 @@ impl<'a> Response<'a> {
                     }
                     Response::Partitions(ranges)
                 }
-                Opcode::ScanClose | Opcode::Commit | Opcode::Close | Opcode::Idle => Response::Ok,
+                Opcode::Size => Response::Size(r.int64()? as u64),
+                Opcode::ScanClose | Opcode::Commit | Opcode::Close | Opcode::Idle | Opcode::Reclaim => Response::Ok,
             },
             Status::NotFound => Response::NotFound,
             Status::Conflict => Response::Conflict { index: r.uint32()?, exists: r.bool()?, current: r.bytes()? },
@@ -627,6 +639,10 @@ impl<'a> Response<'a> {
                     put_bytes(out, r.start);
                     put_bytes(out, r.end);
                 }
+            }
+            Response::Size(n) => {
+                out.push(Status::Ok.code());
+                put_uvarint(out, *n);
             }
             Response::Ok => out.push(Status::Ok.code()),
             Response::NotFound => out.push(Status::NotFound.code()),
@@ -693,6 +709,21 @@ mod tests {
         assert_eq!(ScanOpenRequest::decode(&b), Ok(m));
         b[4] |= 2; // deadline, start "a", end "", then flags
         assert_eq!(ScanOpenRequest::decode(&b), Err(DecodeError::BadValue));
+    }
+
+    #[test]
+    fn size_is_an_i64_and_reclaim_has_no_body() {
+        let max = [0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f];
+        assert_eq!(Response::decode(Opcode::Size, &max), Ok(Response::Size(i64::MAX as u64)));
+        let over = [0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01];
+        assert_eq!(Response::decode(Opcode::Size, &over), Err(DecodeError::Overflow));
+        assert_eq!(Response::decode(Opcode::Size, &[0]), Err(DecodeError::Short));
+        assert_eq!(Response::decode(Opcode::Size, &[1]), Err(DecodeError::BadValue), "NOT_FOUND");
+        assert_eq!(Response::decode(Opcode::Reclaim, &[0]), Ok(Response::Ok));
+        assert_eq!(Response::decode(Opcode::Reclaim, &[0, 0]), Err(DecodeError::Trailing));
+        assert_eq!(Response::decode(Opcode::Reclaim, &[3, 0]), Err(DecodeError::BadValue), "UNCERTAIN");
+        assert_eq!(Request::decode(Opcode::Size, &[0, 0]), Err(DecodeError::Trailing));
+        assert_eq!(Request::decode(Opcode::Reclaim, &[0]), Ok(Request::Reclaim(EmptyRequest::default())));
     }
 
     #[test]

@@ -118,6 +118,34 @@ pub trait Store {
         let _ = cx;
         Ok(())
     }
+
+    /// How many bytes the engine's data for this store takes: on disk for a
+    /// durable engine, what it holds in memory otherwise (ABI 1.1). Engram
+    /// reports it as etcd's DbSize and its size metric, and enforces the
+    /// backend quota with it, so it is asked often: keep a running count
+    /// rather than walk the data. A count above `i64::MAX` is answered
+    /// INTERNAL (the wire field is an i64). Called only if
+    /// [`Manifest::size`] is set; without it the host has no size for the
+    /// store (the quota cannot be enforced). The default is UNSUPPORTED.
+    fn size(&mut self, cx: &Ctx) -> Result<u64, Error> {
+        let _ = cx;
+        Err(Error::Unsupported("SIZE is not implemented by this store".into()))
+    }
+
+    /// Does the engine's space reclamation now, for etcd's Defragment
+    /// (ABI 1.1): drop what deleted keys and superseded versions still
+    /// take, compact, give space back as far as the engine can. Every live
+    /// key stays readable and every committed write durable: it changes
+    /// where data sits, never what the store holds. It may take long (the
+    /// request's deadline applies: [`Error::Deadline`] once it passed), but
+    /// the host serialises an instance's calls, so a [`Model::Single`]
+    /// store holds every commit while it runs: keep it bounded. Called only
+    /// if [`Manifest::reclaim`] is set; without it Defragment succeeds with
+    /// no work. The default is UNSUPPORTED.
+    fn reclaim(&mut self, cx: &Ctx) -> Result<(), Error> {
+        let _ = cx;
+        Err(Error::Unsupported("RECLAIM is not implemented by this store".into()))
+    }
 }
 
 /// What [`Store::scan_next`] says about the rest of the scan.
@@ -159,6 +187,12 @@ pub struct Manifest {
     /// The store implements [`Store::partitions`]: the SDK then advertises
     /// the PARTITIONS op and the partitions feature.
     pub partitions: bool,
+    /// The store implements [`Store::size`]: the SDK then advertises the
+    /// SIZE op (ABI 1.1).
+    pub size: bool,
+    /// The store implements [`Store::reclaim`]: the SDK then advertises the
+    /// RECLAIM op (ABI 1.1).
+    pub reclaim: bool,
     /// An acknowledged commit survives a crash of Engram and of the plugin
     /// (never true for data kept in the plugin's memory).
     pub durable: bool,
@@ -181,6 +215,8 @@ impl Manifest {
             model,
             max_instances: 0,
             partitions: false,
+            size: false,
+            reclaim: false,
             durable: false,
             native_ttl: false,
             max_commit_ops: 0,

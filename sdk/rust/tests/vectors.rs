@@ -295,7 +295,7 @@ fn extensible(v: &Vector) -> bool {
     v.op == Opcode::Init
 }
 
-const NAMES: [&str; 16] = [
+const NAMES: [&str; 22] = [
     "init-request",
     "get-request",
     "scan-open-request",
@@ -304,7 +304,10 @@ const NAMES: [&str; 16] = [
     "commit-request",
     "partitions-request",
     "close-request",
+    "size-request",
+    "reclaim-request",
     "init-response",
+    "init-response-abi-1.1",
     "get-response-ok",
     "get-response-not-found",
     "scan-open-response",
@@ -312,6 +315,9 @@ const NAMES: [&str; 16] = [
     "commit-response-conflict",
     "commit-response-uncertain",
     "partitions-response",
+    "size-response",
+    "reclaim-response-ok",
+    "reclaim-response-deadline",
 ];
 
 #[test]
@@ -364,10 +370,21 @@ fn values_match_the_notes() {
                 assert_eq!((r.header, r.start, r.end, r.max_parts), (h0, &b""[..], &b"z"[..], 4))
             }
             ("close-request", Msg::Req(Request::Close(r))) => assert_eq!(r.header, h0),
+            ("size-request", Msg::Req(Request::Size(r))) => assert_eq!(r.header.deadline, 1_700_000_000_000_000_000),
+            ("reclaim-request", Msg::Req(Request::Reclaim(r))) => {
+                assert_eq!(r.header.deadline, 1_700_000_000_000_000_000)
+            }
             ("init-response", Msg::Resp(Response::Manifest(m))) => {
                 assert_eq!((m.name, m.version, m.abi_minor), (&b"memkv"[..], &b"1.0"[..], 0));
                 assert_eq!(m.model(), Some(Model::Single));
                 assert_eq!((m.max_instances, m.ops, m.features), (1, 0x3fe, 1));
+                assert_eq!((m.max_commit_ops, m.max_commit_bytes, m.max_scan_batch), (0, 0, 1000));
+            }
+            ("init-response-abi-1.1", Msg::Resp(Response::Manifest(m))) => {
+                assert_eq!((m.name, m.version, m.abi_minor), (&b"memkv"[..], &b"1.1"[..], 1));
+                assert_eq!(m.model(), Some(Model::Single));
+                assert_eq!((m.max_instances, m.ops, m.features), (1, 0xffe, 1));
+                assert_eq!(m.ops & (Opcode::Size.bit() | Opcode::Reclaim.bit()), 0xc00);
                 assert_eq!((m.max_commit_ops, m.max_commit_bytes, m.max_scan_batch), (0, 0, 1000));
             }
             ("get-response-ok", Msg::Resp(r)) => assert_eq!(r, Response::Value(b"hello")),
@@ -390,6 +407,12 @@ fn values_match_the_notes() {
             ("partitions-response", Msg::Resp(r)) => assert_eq!(
                 r,
                 Response::Partitions(vec![Range { start: b"", end: b"m" }, Range { start: b"m", end: b"" }])
+            ),
+            ("size-response", Msg::Resp(r)) => assert_eq!(r, Response::Size(5 << 30)),
+            ("reclaim-response-ok", Msg::Resp(r)) => assert_eq!(r, Response::Ok),
+            ("reclaim-response-deadline", Msg::Resp(r)) => assert_eq!(
+                r,
+                Response::Error { status: Status::Deadline, message: b"vacuum ran past the deadline" }
             ),
             (name, m) if NAMES.contains(&name) => panic!("{name}: decoded as {m:?}"),
             // A vector added after this test: round-tripping covers it.
@@ -477,6 +500,9 @@ struct Golden {
     config: Vec<u8>,
     last_key: Vec<u8>,
     commit_error: Option<Error>,
+    reclaim_error: Option<Error>,
+    /// The deadlines SIZE and RECLAIM saw.
+    deadlines: Vec<Option<i64>>,
 }
 
 impl Store for Golden {
@@ -485,10 +511,22 @@ impl Store for Golden {
     fn init(&mut self, _: &Ctx, config: &[u8], host: &HostInfo) -> Result<Manifest, Error> {
         self.config = config.to_vec();
         assert_eq!((host.instance, host.net_allowed, host.max_response), (2, true, 64 << 20));
-        let mut m = Manifest::new("memkv", "1.0", Model::Single);
+        let mut m = Manifest::new("memkv", "1.1", Model::Single);
         m.partitions = true;
+        m.size = true;
+        m.reclaim = true;
         m.max_scan_batch = 1000;
         Ok(m)
+    }
+
+    fn size(&mut self, cx: &Ctx) -> Result<u64, Error> {
+        self.deadlines.push(cx.deadline());
+        Ok(5 << 30)
+    }
+
+    fn reclaim(&mut self, cx: &Ctx) -> Result<(), Error> {
+        self.deadlines.push(cx.deadline());
+        self.reclaim_error.clone().map_or(Ok(()), Err)
     }
 
     fn get(&mut self, _: &Ctx, key: &[u8]) -> Result<&[u8], Error> {
@@ -536,11 +574,13 @@ fn dispatcher_answers_golden_requests() {
         config: vec![],
         last_key: vec![],
         commit_error: Some(Error::Conflict { index: 3, exists: true, current: b"cur".to_vec() }),
+        reclaim_error: None,
+        deadlines: vec![],
     };
     let mut d = Dispatcher::new(store);
-    // INIT: the golden manifest is memkv's, which this store mimics (ops
-    // INIT..IDLE, partitions, max_scan_batch 1000).
-    assert_eq!(d.dispatch(1, &vec("init-request")), vec("init-response"));
+    // INIT: the golden 1.1 manifest is memkv's, which this store mimics
+    // (ops INIT..RECLAIM, partitions, max_scan_batch 1000).
+    assert_eq!(d.dispatch(1, &vec("init-request")), vec("init-response-abi-1.1"));
     assert_eq!(d.store().config, b"dsn=x");
     assert_eq!(d.dispatch(2, &vec("get-request")), vec("get-response-ok"));
     assert_eq!(d.store().last_key, b"a\x00\xff");
@@ -555,5 +595,10 @@ fn dispatcher_answers_golden_requests() {
     assert_eq!(d.dispatch(4, &[0, 1, 0]), vec("scan-next-response-last"));
     assert_eq!(d.open_scans(), 0);
     assert_eq!(d.dispatch(5, &vec("scan-close-request")), [0], "SCAN_CLOSE of an unknown id");
+    assert_eq!(d.dispatch(10, &vec("size-request")), vec("size-response"));
+    assert_eq!(d.dispatch(11, &vec("reclaim-request")), vec("reclaim-response-ok"));
+    d.store_mut().reclaim_error = Some(Error::Deadline("vacuum ran past the deadline".into()));
+    assert_eq!(d.dispatch(11, &vec("reclaim-request")), vec("reclaim-response-deadline"));
+    assert_eq!(d.store().deadlines, vec![Some(1_700_000_000_000_000_000); 3]);
     assert_eq!(d.dispatch(8, &vec("close-request")), [0]);
 }

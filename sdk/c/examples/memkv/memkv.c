@@ -35,6 +35,16 @@
  *      key they emitted, so unlinking a node is always safe.
  * A commit first checks every condition and allocates everything it will
  * link, then applies: running out of memory fails it with nothing applied.
+ *
+ * Size and reclaim (ABI 1.1). SIZE answers the bytes of keys and values
+ * held, old versions kept for scans included: a running count, kept by
+ * whatever links or frees a node or a version, so SIZE is O(1). RECLAIM
+ * does what a memory store can: collect old versions no scan reads (as
+ * IDLE does), shrink the hash index to fit the keys left (deletes never
+ * shrink it) and free the pool of closed scans. What it frees returns to
+ * malloc for later writes; a wasm instance's memory never shrinks, so the
+ * host sees no change in the instance's footprint, and SIZE, which counts
+ * data rather than memory, changes only by the versions collected.
  */
 #include "engram_plugin.h"
 
@@ -103,6 +113,7 @@ typedef struct store {
     uint64_t rng;
     uint64_t seq;   /* last committed sequence */
     uint64_t epoch; /* bumped whenever a node is freed (I5) */
+    uint64_t bytes; /* keys and values held: SIZE's answer */
     snap *snaps;
     size_t nsnaps, snaps_cap;
     node **gc;
@@ -195,25 +206,34 @@ static void index_put(store *s, node *x, uint64_t h) {
     s->idx_count++;
 }
 
-/* Makes room for n more keys, keeping the table at most half full; the
- * only allocation of the index, done before a commit applies anything. */
-static bool index_reserve(store *s, size_t n) {
-    size_t need = 2 * (s->idx_count + n), cap = s->idx_cap ? s->idx_cap : 64;
-    if (need <= s->idx_cap) return true;
-    while (cap < need) cap *= 2;
+/* The table size for keys: at most half full, a power of two. */
+static size_t index_cap_for(size_t keys) {
+    size_t cap = 64;
+    while (cap < 2 * keys) cap *= 2;
+    return cap;
+}
+
+/* Moves the index to a table of cap slots; false (index intact) when out
+ * of memory. */
+static bool index_resize(store *s, size_t cap) {
     islot *old = s->idx;
     size_t old_cap = s->idx_cap;
-    s->idx = calloc(cap, sizeof *s->idx);
-    if (!s->idx) {
-        s->idx = old;
-        return false;
-    }
+    islot *idx = calloc(cap, sizeof *idx);
+    if (!idx) return false;
+    s->idx = idx;
     s->idx_cap = cap;
     s->idx_count = 0;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].x) index_put(s, old[i].x, old[i].hash);
     free(old);
     return true;
+}
+
+/* Makes room for n more keys; the only allocation of the index, done
+ * before a commit applies anything. */
+static bool index_reserve(store *s, size_t n) {
+    if (2 * (s->idx_count + n) <= s->idx_cap) return true;
+    return index_resize(s, index_cap_for(s->idx_count + n));
 }
 
 /* Removes x, shifting later entries of its probe run back so that no
@@ -269,14 +289,19 @@ static void link_node(store *s, node *x) {
     if (x->next[0]) x->next[0]->prev = x;
     else s->tail = x;
     index_put(s, x, hash_key(key_of(x), x->klen)); /* room reserved by the commit */
+    s->bytes += x->klen;
 }
 
-static void free_versions(version *v) {
+/* Frees a chain of versions and returns the value bytes they held. */
+static uint64_t free_versions(version *v) {
+    uint64_t n = 0;
     while (v) {
         version *o = v->older;
+        n += v->len;
         free(v);
         v = o;
     }
+    return n;
 }
 
 static void unlink_free(store *s, node *x) {
@@ -287,7 +312,7 @@ static void unlink_free(store *s, node *x) {
     else s->tail = x->prev;
     while (s->level > 1 && !s->head->next[s->level - 1]) s->level--;
     index_remove(s, x);
-    free_versions(x->head);
+    s->bytes -= x->klen + free_versions(x->head);
     free(x);
     s->epoch++; /* I5: saved scan positions may point at it */
 }
@@ -319,6 +344,7 @@ static enum prune_result prune(store *s, node *x) {
             link = &u->older;
         } else {
             *link = u->older;
+            s->bytes -= u->len;
             free(u);
         }
     }
@@ -352,6 +378,17 @@ static const version *visible(const node *x, uint64_t seq) {
 
 /* ---- callbacks ---- */
 
+/* Frees the closed scans kept for reuse. */
+static void free_pool(store *s) {
+    while (s->pool) {
+        scan *sc = s->pool;
+        s->pool = sc->next_free;
+        free(sc->bounds);
+        free(sc->last);
+        free(sc);
+    }
+}
+
 static void store_free(store *s) {
     if (s->head) {
         node *x = s->head->next[0];
@@ -363,13 +400,7 @@ static void store_free(store *s) {
         }
         free(s->head);
     }
-    while (s->pool) {
-        scan *sc = s->pool;
-        s->pool = sc->next_free;
-        free(sc->bounds);
-        free(sc->last);
-        free(sc);
-    }
+    free_pool(s);
     free(s->idx);
     free(s->snaps);
     free(s->gc);
@@ -395,7 +426,7 @@ static engram_status kv_init(void *self, engram_call *call, const engram_init_in
     s->level = 1;
     s->rng = 0x9e3779b97f4a7c15u;
     m->name = "memkv-c";
-    m->version = "1.0.0";
+    m->version = "1.1.0";
     m->model = ENGRAM_MODEL_SINGLE;
     return ENGRAM_OK;
 }
@@ -477,6 +508,7 @@ static engram_status kv_commit(void *self, engram_call *call, const engram_op *o
         p->v->seq = seq;
         p->v->older = x->head;
         x->head = p->v;
+        s->bytes += p->v->len;
         switch (prune(s, x)) {
         case CLEAN: break;
         case DIRTY:
@@ -641,6 +673,28 @@ static engram_status kv_idle(void *self, engram_call *call) {
     return ENGRAM_OK;
 }
 
+static engram_status kv_size(void *self, engram_call *call, uint64_t *bytes) {
+    (void)call;
+    const store *s = self;
+    *bytes = s->bytes;
+    return ENGRAM_OK;
+}
+
+/* See the file comment. One pass over the gc list and one rehash of the
+ * keys: the cost of one growth of the index, bounded, since the host's
+ * other calls wait for it. */
+static engram_status kv_reclaim(void *self, engram_call *call) {
+    (void)call;
+    store *s = self;
+    if (s->ngc > 0) gc(s);
+    size_t cap = index_cap_for(s->idx_count);
+    /* Out of memory keeps the larger table: nothing is lost, and the
+     * answer is still OK, as reclaiming promises nothing. */
+    if (cap < s->idx_cap) index_resize(s, cap);
+    free_pool(s);
+    return ENGRAM_OK;
+}
+
 static engram_status kv_close(void *self, engram_call *call) {
     (void)call;
     store_free(self);
@@ -657,6 +711,8 @@ static const engram_plugin memkv = {
     .close = kv_close,
     .partitions = kv_partitions,
     .idle = kv_idle,
+    .size = kv_size,
+    .reclaim = kv_reclaim,
 };
 
 ENGRAM_PLUGIN(&memkv, &the_store)

@@ -29,6 +29,11 @@ struct TestStore {
     commit_error: Option<Error>,
     get_error: Option<Error>,
     last_limit: u64,
+    /// What size answers; `None`: SIZE is not declared.
+    size: Option<Result<u64, Error>>,
+    /// What reclaim answers; `None`: RECLAIM is not declared.
+    reclaim: Option<Result<(), Error>>,
+    reclaims: usize,
 }
 
 struct TestScan {
@@ -42,8 +47,21 @@ impl Store for TestStore {
     fn init(&mut self, _cx: &Ctx, _config: &[u8], _host: &HostInfo) -> Result<Manifest, Error> {
         let mut m = Manifest::new(if self.name.is_empty() { "test" } else { self.name }, "1", Model::Single);
         m.partitions = self.partitions;
+        m.size = self.size.is_some();
+        m.reclaim = self.reclaim.is_some();
         m.max_scan_batch = self.max_scan_batch;
         Ok(m)
+    }
+
+    fn size(&mut self, _cx: &Ctx) -> Result<u64, Error> {
+        self.store_calls += 1;
+        self.size.clone().unwrap_or(Ok(0))
+    }
+
+    fn reclaim(&mut self, _cx: &Ctx) -> Result<(), Error> {
+        self.store_calls += 1;
+        self.reclaims += 1;
+        self.reclaim.clone().unwrap_or(Ok(()))
     }
 
     fn get(&mut self, _cx: &Ctx, key: &[u8]) -> Result<&[u8], Error> {
@@ -184,6 +202,7 @@ fn lifecycle_rules() {
             assert_eq!(m.max_instances, 1);
             assert_eq!(m.ops, REQUIRED_OPS | Opcode::Idle.bit());
             assert_eq!(m.features, 0);
+            assert_eq!(m.abi_minor, 1);
         }
         other => panic!("INIT: {other:?}"),
     }
@@ -192,10 +211,61 @@ fn lifecycle_rules() {
     assert_eq!(error_of(Opcode::Get, d.dispatch(200, &[0])).0, Status::Unsupported);
     assert_eq!(error_of(Opcode::Get, d.dispatch(-1, &[0])).0, Status::Unsupported);
     assert_eq!(error_of(Opcode::Partitions, d.dispatch(7, &[0, 0, 0, 0])).0, Status::Unsupported);
+    assert_eq!(error_of(Opcode::Size, d.dispatch(10, &[0])).0, Status::Unsupported, "SIZE undeclared");
+    assert_eq!(error_of(Opcode::Reclaim, d.dispatch(11, &[0])).0, Status::Unsupported, "RECLAIM undeclared");
+    assert_eq!(d.store().store_calls, 0, "undeclared ops reached the store");
     assert_eq!(decode(Opcode::Idle, d.dispatch(9, &[0])), Response::Ok);
     assert_eq!(error_of(Opcode::Idle, d.dispatch(9, &[0, 0])).0, Status::Invalid, "trailing byte");
     assert_eq!(decode(Opcode::Close, d.dispatch(8, &[0])), Response::Ok);
     assert_eq!(error_of(Opcode::Get, d.dispatch(2, &get(b"k"))).0, Status::Invalid, "GET after CLOSE");
+}
+
+#[test]
+fn size_and_reclaim() {
+    let mut d = Dispatcher::new(TestStore { size: Some(Ok(12345)), reclaim: Some(Ok(())), ..Default::default() });
+    let resp = d.dispatch(1, &init_req(0)).to_vec();
+    match decode(Opcode::Init, &resp) {
+        Response::Manifest(m) => {
+            assert_eq!(m.ops, REQUIRED_OPS | Opcode::Idle.bit() | Opcode::Size.bit() | Opcode::Reclaim.bit());
+            assert_eq!(m.ops, 0xf7e);
+            assert_eq!(m.features, 0, "SIZE and RECLAIM are ops, not features");
+        }
+        other => panic!("INIT: {other:?}"),
+    }
+    assert_eq!(d.dispatch(10, &[0]), [0, 0xb9, 0x60], "SIZE 12345");
+    assert_eq!(decode(Opcode::Reclaim, d.dispatch(11, &[0])), Response::Ok);
+    assert_eq!(d.store().reclaims, 1);
+    d.store_mut().size = Some(Ok(i64::MAX as u64));
+    assert_eq!(decode(Opcode::Size, d.dispatch(10, &[0])), Response::Size(i64::MAX as u64));
+    d.store_mut().size = Some(Ok(i64::MAX as u64 + 1));
+    let (st, msg) = error_of(Opcode::Size, d.dispatch(10, &[0]));
+    assert_eq!(st, Status::Internal, "a count over an i64: {msg}");
+    assert!(msg.contains("2^63"), "{msg}");
+    // The statuses both may answer pass through with their messages...
+    for e in [
+        Error::Unsupported("u".into()),
+        Error::Invalid("i".into()),
+        Error::Unavailable("down".into()),
+        Error::Deadline("late".into()),
+        Error::Internal("bug".into()),
+    ] {
+        d.store_mut().size = Some(Err(e.clone()));
+        assert_eq!(error_of(Opcode::Size, d.dispatch(10, &[0])), (e.status(), e.message().to_string()));
+        d.store_mut().reclaim = Some(Err(e.clone()));
+        assert_eq!(error_of(Opcode::Reclaim, d.dispatch(11, &[0])), (e.status(), e.message().to_string()));
+    }
+    // ...the others would be protocol violations: INTERNAL.
+    for e in [Error::NotFound, Error::Uncertain("?".into()), Error::Conflict { index: 0, exists: false, current: vec![] }]
+    {
+        d.store_mut().size = Some(Err(e.clone()));
+        assert_eq!(error_of(Opcode::Size, d.dispatch(10, &[0])).0, Status::Internal, "size: {e:?}");
+        d.store_mut().reclaim = Some(Err(e.clone()));
+        assert_eq!(error_of(Opcode::Reclaim, d.dispatch(11, &[0])).0, Status::Internal, "reclaim: {e:?}");
+    }
+    for op in [10, 11] {
+        let (st, msg) = error_of(Opcode::Size, d.dispatch(op, &[0, 0]));
+        assert!(st == Status::Invalid && msg.contains("malformed"), "op {op} with a trailing byte: {msg}");
+    }
 }
 
 #[test]
@@ -541,8 +611,17 @@ fn garbage_gets_well_formed_answers() {
         (6, commit(&[put(b"k0001", b"v"), put(b"k0002", b"w")])),
         (7, enc(|b| PartitionsRequest { header: Header::default(), start: b"", end: b"z", max_parts: 3 }.encode(b))),
         (9, vec![0]),
+        (10, vec![0]),
+        (11, vec![0]),
     ];
-    let store = TestStore { data: numbered(20), partitions: true, cuts: vec![b"m".to_vec()], ..Default::default() };
+    let store = TestStore {
+        data: numbered(20),
+        partitions: true,
+        cuts: vec![b"m".to_vec()],
+        size: Some(Ok(1 << 40)),
+        reclaim: Some(Ok(())),
+        ..Default::default()
+    };
     let mut d = ready(store, 300);
     for i in 0..20_000 {
         let (op, req) = if i % 2 == 0 {
@@ -560,7 +639,7 @@ fn garbage_gets_well_formed_answers() {
             (op, req)
         } else {
             let n = rnd() as usize % 24;
-            ((rnd() % 12) as i32 - 1, (0..n).map(|_| rnd() as u8).collect())
+            ((rnd() % 14) as i32 - 1, (0..n).map(|_| rnd() as u8).collect())
         };
         let resp = d.dispatch(op, &req).to_vec();
         match Opcode::from_code(op) {
