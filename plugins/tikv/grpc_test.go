@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pingcap/failpoint"
+	"github.com/tikv/client-go/v2/oracle"
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
@@ -100,6 +101,17 @@ func (a *acked) put(ctx context.Context, s kv.Store, key, val string) error {
 	return nil
 }
 
+// putAll writes spread(i) for i in [from, to) one by one, each of which
+// must be acknowledged.
+func (a *acked) putAll(ctx context.Context, t *testing.T, s kv.Store, from, to int, val string) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := a.put(ctx, s, spread(i), val); err != nil {
+			t.Fatalf("write %d (%s): %v", i, val, err)
+		}
+	}
+}
+
 // check reads every acknowledged write back from s.
 func (a *acked) check(ctx context.Context, t *testing.T, s kv.Store) {
 	t.Helper()
@@ -131,28 +143,32 @@ func TestOverGRPCRestart(t *testing.T) {
 	defer s.Close()
 	ctx := t.Context()
 	var a acked
-	for i := range 20 {
-		if err := a.put(ctx, s, spread(i), "before"); err != nil {
-			t.Fatalf("write before the stop: %v", err)
-		}
-	}
+	a.putAll(ctx, t, s, 0, 20, "before the stop")
 
 	// A writer runs through the stop and start; what it gets acknowledged
 	// must survive.
 	stopped := make(chan struct{})
-	done := make(chan int)
+	done := make(chan int, 1)
 	go func() {
 		n := 0
+		defer func() { done <- n }()
 		for i := 100; ; i++ {
 			select {
 			case <-stopped:
-				done <- n
 				return
 			default:
 			}
 			if a.put(ctx, s, spread(i), "during") == nil {
 				n++
 			}
+		}
+	}()
+	defer func() {
+		select {
+		case <-stopped:
+		default:
+			close(stopped) // the test failed before the writer was stopped
+			<-done
 		}
 	}()
 	srv.Stop()
@@ -180,11 +196,7 @@ func TestOverGRPCRestart(t *testing.T) {
 	}
 	close(stopped)
 	t.Logf("the writer got %d writes acknowledged across the restart", <-done)
-	for i := 22; i < 40; i++ {
-		if err := a.put(ctx, s, spread(i), "after"); err != nil {
-			t.Fatalf("write after the restart: %v", err)
-		}
-	}
+	a.putAll(ctx, t, s, 22, 40, "after the restart")
 	a.check(ctx, t, s)
 
 	// A client opened after the restart sees the same data.
@@ -205,11 +217,7 @@ func TestOverGRPCStoreStop(t *testing.T) {
 	defer s.Close()
 	ctx := t.Context()
 	var a acked
-	for i := range 20 {
-		if err := a.put(ctx, s, spread(i), "before"); err != nil {
-			t.Fatalf("write before the stop: %v", err)
-		}
-	}
+	a.putAll(ctx, t, s, 0, 20, "before the stop")
 	stores := srv.Stores()
 	first := stores[0]
 	if n := srv.Leaders()[first]; n != 10 {
@@ -233,11 +241,7 @@ func TestOverGRPCStoreStop(t *testing.T) {
 	if n := srv.Leaders()[first]; n != 0 {
 		t.Fatalf("the stopped store still leads %d regions", n)
 	}
-	for i := 21; i < 40; i++ {
-		if err := a.put(ctx, s, spread(i), "moved"); err != nil {
-			t.Fatalf("write after the leaders moved: %v", err)
-		}
-	}
+	a.putAll(ctx, t, s, 21, 40, "after the leaders moved")
 	var others int64
 	for _, id := range stores[1:] {
 		others += srv.Served(id) - before[id]
@@ -248,13 +252,35 @@ func TestOverGRPCStoreStop(t *testing.T) {
 	if err := srv.StartStore(first); err != nil {
 		t.Fatal(err)
 	}
-	for i := 40; i < 50; i++ {
-		if err := a.put(ctx, s, spread(i), "back"); err != nil {
-			t.Fatalf("write after the store came back: %v", err)
-		}
-	}
+	a.putAll(ctx, t, s, 40, 50, "after the store came back")
 	a.check(ctx, t, s)
 	if err := s.Close(); err != nil && !errors.Is(err, kv.ErrClosed) {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestGCOverGRPC runs the adaptor's GC through the fake: the service safe
+// point and the cluster's GC safe point go to PD over gRPC, and the lock
+// scan before it to every region's store.
+func TestGCOverGRPC(t *testing.T) {
+	srv := startFake(t, 0)
+	s := openGRPC(t, srv, tikv.Options{})
+	defer s.Close()
+	ctx := t.Context()
+	for _, v := range []string{"v1", "v2"} {
+		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("gc/k"), []byte(v))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := time.Now()
+	sp, err := s.GC(ctx, time.Second)
+	if err != nil {
+		t.Fatalf("GC: %v", err)
+	}
+	if at := oracle.GetTimeFromTS(sp); at.After(before) || at.Before(before.Add(-time.Minute)) {
+		t.Errorf("GC safe point at %v, want about %v", at, before.Add(-time.Second))
+	}
+	if v, err := s.Get(ctx, []byte("gc/k")); err != nil || string(v) != "v2" {
+		t.Errorf("Get after GC = %q, %v; want v2", v, err)
 	}
 }
