@@ -14,9 +14,11 @@ import (
 const memberID = 1
 
 // etcdKV is the part of PD's embedded etcd that client-go's safe point KV
-// (tikv.NewEtcdSafePointKV) uses: Range and Put on single keys and
-// prefixes, and the member list its client syncs its endpoints from. The
-// keys live in memory, across Stop and Start.
+// (tikv.NewEtcdSafePointKV) uses: Range on single keys and prefixes (the
+// KV's reads; client-go polls the saved GC safe point with them), Put (its
+// write, with which TiDB's GC worker saves that safe point; the adaptor
+// never calls it, tests do), and the member list its client syncs its
+// endpoints from. The keys live in memory, across Stop and Start.
 type etcdKV struct {
 	etcdserverpb.UnimplementedKVServer
 	etcdserverpb.UnimplementedClusterServer
