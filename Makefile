@@ -123,8 +123,10 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # the quorum taken away (about 50 s; skipped without MariaDB unless CI is
 # set), three in-process nodes over a shared memkv with kills, store
 # partitions and uncertain commits, and the same over client-go's mock
-# TiKV while its regions split, merge and change leaders; 20 s of load
-# each, about 160 s in all.
+# TiKV while its regions split, merge and change leaders, and three over
+# that mock served over gRPC by tikvserve (tikv.Open, as in production)
+# with the Engram leader killed, the whole fake restarted and a TiKV store
+# stopped (about 25 s); 20 s of load each, about 185 s in all.
 # It also builds the binary, hence -count=1.
 # tests/k8s is a separate module (it pulls in Kubernetes), tested last.
 # warmwasm compiles the database adaptors and the test plugins into the tests' shared wasm cache

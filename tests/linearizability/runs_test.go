@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -75,18 +76,32 @@ func startWasmCluster(t *testing.T, name, plugin string, lease time.Duration, no
 	if err != nil {
 		t.Fatal(err)
 	}
-	procs := make([]*proc, len(nodes))
-	eps := make([]string, len(nodes))
+	storage := make([][]string, len(nodes))
 	for i, n := range nodes {
-		procs[i] = startProc(t, fmt.Sprintf("%s-%d", name, i),
+		storage[i] = []string{
 			"--storage.engine=wasm",
-			"--storage.wasm.file="+plugin,
-			"--storage.wasm.config="+n.config,
-			"--storage.wasm.allowed-addresses="+n.addr,
-			"--storage.wasm.cache-dir="+cache,
+			"--storage.wasm.file=" + plugin,
+			"--storage.wasm.config=" + n.config,
+			"--storage.wasm.allowed-addresses=" + n.addr,
+			"--storage.wasm.cache-dir=" + cache,
+		}
+	}
+	return startProcCluster(t, name, lease, storage)
+}
+
+// startProcCluster starts an engram process in cluster mode for each
+// entry of storage (that node's storage flags), with the given lease,
+// named name-0, name-1, ...; it returns the processes and their endpoints.
+func startProcCluster(t *testing.T, name string, lease time.Duration, storage [][]string) ([]*proc, []string) {
+	t.Helper()
+	procs := make([]*proc, len(storage))
+	eps := make([]string, len(storage))
+	for i, flags := range storage {
+		args := append(slices.Clone(flags),
 			"--cluster.enabled=true",
 			fmt.Sprintf("--cluster.lease-duration=%s", lease),
 			fmt.Sprintf("--cluster.renew-interval=%s", lease/4))
+		procs[i] = startProc(t, fmt.Sprintf("%s-%d", name, i), args...)
 		eps[i] = procs[i].endpoint
 	}
 	return procs, eps

@@ -85,8 +85,9 @@ type churn struct {
 // under the requests of the clients it wraps, as opts describes: every
 // opts.Every-th request of all of them together makes a change around a
 // random key of namespace prefix. The first call gives every region peers
-// on two more stores and fixes the options and prefix for the cluster;
-// stores opened on the cluster after it see PD through the churn's lag.
+// on two more stores (Replicate) and fixes the options and prefix for the
+// cluster; stores opened on the cluster after it see PD through the
+// churn's lag.
 func (c *Cluster) Churn(prefix []byte, opts ChurnOptions) (func(tikvclient.Client) tikvclient.Client, error) {
 	if opts.Every <= 0 {
 		return nil, fmt.Errorf("tikvmock: churn every %d requests: must be positive", opts.Every)
@@ -111,17 +112,44 @@ func chain(first, second func(tikvclient.Client) tikvclient.Client) func(tikvcli
 	}
 }
 
-// churner gives every region of c peers on two more stores (a region needs
-// several peers for its leader to move) and returns the churn for clients
-// of namespace prefix.
+// churner gives every region of c three peers (a region needs several
+// peers for its leader to move) and returns the churn for clients of
+// namespace prefix.
 func (c *Cluster) churner(prefix []byte, opts ChurnOptions) (*churn, error) {
+	if err := c.Replicate(); err != nil {
+		return nil, err
+	}
+	stats := opts.Stats
+	if stats == nil {
+		stats = &ChurnStats{}
+	}
+	m := c.cluster.(mockScheduler) // Replicate checked it
+	ch := &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(opts.Every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(opts.Every)))}
+	if opts.PDLag > 0 {
+		ch.lag = uint64(opts.PDLag)
+		ch.pd = &pdLag{ch: ch}
+	}
+	return ch, nil
+}
+
+// Replicate gives every region of c peers on two more stores, three in
+// all, with the leader where it was; regions split off later keep three
+// peers. Only the first call changes the cluster; the churn and a test
+// server that stops stores (leadership must have somewhere to go) share
+// it.
+func (c *Cluster) Replicate() error {
+	c.replicaOnce.Do(func() { c.replicaErr = c.replicate() })
+	return c.replicaErr
+}
+
+func (c *Cluster) replicate() error {
 	m, ok := c.cluster.(mockScheduler)
 	if !ok {
-		return nil, fmt.Errorf("tikvmock: the mock cluster %T cannot split, merge or move leaders", c.cluster)
+		return fmt.Errorf("tikvmock: the mock cluster %T cannot add stores, split, merge or move leaders", c.cluster)
 	}
 	stores := []uint64{m.AllocID(), m.AllocID()}
 	for _, id := range stores {
-		m.AddStore(id, fmt.Sprintf("churn-store-%d", id))
+		m.AddStore(id, fmt.Sprintf("store%d", id))
 	}
 	// Walk the regions in key order (region keys are encoded; the first
 	// starts at the empty key, the last ends at it).
@@ -129,26 +157,16 @@ func (c *Cluster) churner(prefix []byte, opts ChurnOptions) (*churn, error) {
 	for {
 		r, _, _ := m.GetRegionByKey(key)
 		if r == nil {
-			return nil, fmt.Errorf("tikvmock: no region holds %q", key)
+			return fmt.Errorf("tikvmock: no region holds %q", key)
 		}
 		for _, id := range stores {
 			m.AddPeer(r.GetId(), id, m.AllocID())
 		}
 		if len(r.GetEndKey()) == 0 {
-			break
+			return nil
 		}
 		key = r.GetEndKey()
 	}
-	stats := opts.Stats
-	if stats == nil {
-		stats = &ChurnStats{}
-	}
-	ch := &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(opts.Every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(opts.Every)))}
-	if opts.PDLag > 0 {
-		ch.lag = uint64(opts.PDLag)
-		ch.pd = &pdLag{ch: ch}
-	}
-	return ch, nil
 }
 
 // wrap puts the churn in front of a client.

@@ -10,8 +10,9 @@
 // exercised; optionally churning, its regions split, merged and their
 // leaders moved under the client's requests: churn.go, with PD's view of
 // each change lagging behind it: pdlag.go), the region statistics the
-// adaptor's Size reads (regionstats.go), and handing it to
-// tikv.New. It must not be used by production
+// adaptor's Size reads (regionstats.go), and handing it to tikv.New, or
+// (Cluster.Mock) to tikvserve, which serves it over gRPC to clients in
+// other processes. It must not be used by production
 // code: nothing is durable and the mock is not TiKV's real storage engine.
 package tikvmock
 
@@ -70,11 +71,7 @@ func Open(opts Options) (*tikv.Store, error) {
 	if splits == nil {
 		splits = DefaultSplits
 	}
-	keys := make([][]byte, len(splits))
-	for i, k := range splits {
-		keys[i] = append(bytes.Clone(opts.Store.Prefix), k...)
-	}
-	c, err := NewCluster(keys...)
+	c, err := NewCluster(SplitKeys(opts.Store.Prefix, splits)...)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +89,16 @@ func Open(opts Options) (*tikv.Store, error) {
 	return c.open(c.client, opts.Store, hijack)
 }
 
+// SplitKeys returns the TiKV keys of user keys splits in namespace prefix,
+// for NewCluster.
+func SplitKeys(prefix []byte, splits []string) [][]byte {
+	keys := make([][]byte, len(splits))
+	for i, k := range splits {
+		keys[i] = append(bytes.Clone(prefix), k...)
+	}
+	return keys
+}
+
 // Cluster is one mock TiKV cluster that several stores (Engram nodes) can
 // share, each with its own client-go client, as separate processes would.
 type Cluster struct {
@@ -102,6 +109,9 @@ type Cluster struct {
 	churnOnce sync.Once
 	churn     *churn
 	churnErr  error
+
+	replicaOnce sync.Once
+	replicaErr  error
 
 	mu     sync.Mutex
 	closed bool
@@ -124,6 +134,24 @@ func NewCluster(splits ...[]byte) (*Cluster, error) {
 	}
 	testutils.BootstrapWithMultiRegions(cluster, keys...)
 	return &Cluster{client: client, pd: pdClient, cluster: cluster}, nil
+}
+
+// Mock is client-go's mock cluster behind c, for a test server that serves
+// it over the network (tikvserve): the RPC client that runs requests on
+// its MVCC store, the region and store metadata, and the mock PD client.
+type Mock struct {
+	Client  *testutils.MockClient
+	Cluster *testutils.MockCluster
+	PD      pd.Client
+}
+
+// Mock returns the mock cluster behind c.
+func (c *Cluster) Mock() (Mock, error) {
+	m, ok := c.cluster.(*testutils.MockCluster)
+	if !ok {
+		return Mock{}, fmt.Errorf("tikvmock: the mock cluster is a %T, not client-go's mock", c.cluster)
+	}
+	return Mock{Client: c.client, Cluster: m, PD: c.pd}, nil
 }
 
 // Open returns a new store on the shared cluster. Closing it leaves the
