@@ -284,3 +284,29 @@ func TestGCOverGRPC(t *testing.T) {
 		t.Errorf("Get after GC = %q, %v; want v2", v, err)
 	}
 }
+
+// TestSizeOverGRPC: Size asks PD's HTTP API, on the PD endpoint the
+// client uses (the fake serves it beside PD's gRPC, as PD does), for the
+// namespace's region statistics: the production path, over the network,
+// from memcomparable-encoded bounds to MiB.
+func TestSizeOverGRPC(t *testing.T) {
+	srv := startFake(t, 0)
+	s := openGRPC(t, srv, tikv.Options{})
+	defer s.Close()
+	ctx := t.Context()
+	val := make([]byte, 64<<10)
+	for i := range 40 { // 2.5 MiB
+		if err := s.Commit(ctx, []kv.Op{kv.Put(fmt.Appendf(nil, "size/%03d", i), val)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.Size()
+	if err != nil {
+		t.Fatalf("Size through PD's HTTP API: %v", err)
+	}
+	// The fake rounds the mock's exact total up to whole MiB, as PD's
+	// per-region sizes are: 2.5 MiB of values and their keys read 3 MiB.
+	if n != 3<<20 {
+		t.Errorf("Size = %d bytes, want 3 MiB", n)
+	}
+}

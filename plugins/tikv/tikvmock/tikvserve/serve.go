@@ -1,7 +1,9 @@
 // Package tikvserve serves client-go's in-process mock TiKV cluster
 // (tikvmock) over the network, as PD and TiKV servers would: PD's gRPC
-// service and the slice of etcd's API that client-go's safe point KV uses
-// on one address, and TiKV's gRPC service on one address per mock store.
+// service, the slice of etcd's API that client-go's safe point KV uses and
+// the region statistics of PD's HTTP API that the adaptor's Size reads
+// (pdhttp.go) on one address, and TiKV's gRPC service on one address per
+// mock store.
 // A client that knows only the PD address (tikv.Open, an engram process
 // with storage.engine tikv) then reaches the mock exactly as it reaches a
 // real cluster: PD client, safe point KV, and client-go's RPC client with
@@ -24,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -76,11 +79,15 @@ type Server struct {
 	tso    *oracle
 	etcd   *etcdKV
 	pdAddr string
+	// regionStats answers PD's HTTP region statistics (pdhttp.go).
+	regionStats regionStatsFunc
 
 	mu      sync.Mutex
 	running bool // Stop was not called, or Start was since
 	closed  bool
 	pd      *grpc.Server // nil while stopped
+	pdHTTP  *http.Server // PD's HTTP API, on the same port; nil while stopped
+	pdSplit *splitListener
 	stores  map[uint64]*store
 	missing []string // methods answered Unimplemented, in order
 }
@@ -119,6 +126,8 @@ func New(c *tikvmock.Cluster, opts Options) (*Server, error) {
 		delay:  opts.LeaderMoveDelay,
 		tso:    &oracle{},
 		stores: map[uint64]*store{},
+
+		regionStats: c.RegionStats,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -233,8 +242,10 @@ func (s *Server) Stop() {
 // stopAll stops every server; s.mu is held.
 func (s *Server) stopAll() {
 	if s.pd != nil {
+		_ = s.pdSplit.close()
 		s.pd.Stop()
-		s.pd = nil
+		_ = s.pdHTTP.Close()
+		s.pd, s.pdHTTP, s.pdSplit = nil, nil, nil
 	}
 	for _, st := range s.stores {
 		if st.srv != nil {
@@ -376,14 +387,17 @@ func (s *Server) listenStore(st *store) error {
 	return nil
 }
 
-// servePD serves PD's and etcd's services on l; s.mu is held.
+// servePD serves PD's and etcd's gRPC services and PD's HTTP API on l
+// (pdhttp.go); s.mu is held.
 func (s *Server) servePD(l net.Listener) {
 	srv := s.newGRPC()
 	pdpb.RegisterPDServer(srv, &pdService{s: s})
 	etcdserverpb.RegisterKVServer(srv, s.etcd)
 	etcdserverpb.RegisterClusterServer(srv, s.etcd)
+	s.pdSplit = splitPD(l)
 	s.pd = srv
-	go s.serve("PD", srv, l)
+	s.pdHTTP = s.serveHTTP(s.pdSplit.http)
+	go s.serve("PD", srv, s.pdSplit.grpc)
 }
 
 // serveStore serves st's TiKV service on l; s.mu is held.
