@@ -217,14 +217,15 @@ func removeChild(s []*node, i int) []*node {
 }
 
 // Set inserts key with value, or replaces key's value. The tree keeps both
-// slices (see Item).
-func (t *Tree) Set(key, value []byte) {
+// slices (see Item). It returns the item replaced, if any, so that a
+// caller keeping accounts (bytes held) needs no lookup of its own.
+func (t *Tree) Set(key, value []byte) (old Item, replaced bool) {
 	it := Item{Key: key, Value: value}
 	t.beforeChange()
 	if t.root == nil {
 		t.root = newNode(t.gen, true)
 		t.root.items = append(t.root.items, it)
-		return
+		return Item{}, false
 	}
 	t.root = t.root.mutable(t.gen)
 	if len(t.root.items) >= maxItems {
@@ -240,12 +241,12 @@ func (t *Tree) Set(key, value []byte) {
 	for {
 		i, found, lcp := search(n.items, key, skip)
 		if found {
-			n.items[i] = it
-			return
+			old, n.items[i] = n.items[i], it
+			return old, true
 		}
 		if n.children == nil {
 			n.items = insertItem(n.items, i, it)
-			return
+			return Item{}, false
 		}
 		skip = lcp
 		if len(n.children[i].items) >= maxItems {
@@ -254,8 +255,8 @@ func (t *Tree) Set(key, value []byte) {
 			n.children = insertChild(n.children, i+1, right)
 			switch c := Compare(key, mid.Key); {
 			case c == 0:
-				n.items[i] = it
-				return
+				old, n.items[i] = n.items[i], it
+				return old, true
 			case c > 0:
 				i++
 			}
@@ -266,16 +267,16 @@ func (t *Tree) Set(key, value []byte) {
 	}
 }
 
-// Delete removes key if present. It copies the path to where key would be
-// even when key is absent: a caller that knows key is absent should not
-// call it.
-func (t *Tree) Delete(key []byte) {
+// Delete removes key if present and returns the item removed. It copies
+// the path to where key would be even when key is absent: a caller that
+// knows key is absent should not call it.
+func (t *Tree) Delete(key []byte) (old Item, deleted bool) {
 	if t.root == nil {
-		return
+		return Item{}, false
 	}
 	t.beforeChange()
 	t.root = t.root.mutable(t.gen)
-	t.root.remove(key, false, t.gen)
+	old, deleted = t.root.remove(key, false, t.gen)
 	if len(t.root.items) == 0 {
 		if t.root.children != nil {
 			t.root = t.root.children[0]
@@ -283,6 +284,7 @@ func (t *Tree) Delete(key []byte) {
 			t.root = nil
 		}
 	}
+	return old, deleted
 }
 
 // remove deletes key (or, with max set, the largest item) from the subtree

@@ -384,3 +384,30 @@ func TestFrozenVersionsReadConcurrently(t *testing.T) {
 	close(done)
 	wg.Wait()
 }
+
+// TestSetAndDeleteReturnWhatTheyReplace: Set returns the item it replaced
+// and Delete the item it removed, wherever in the tree the key sits
+// (leaves and inner nodes, across splits and merges), as a map would.
+func TestSetAndDeleteReturnWhatTheyReplace(t *testing.T) {
+	var tr Tree
+	model := map[string]string{}
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := range 20000 {
+		k := fmt.Sprintf("k%05d", rng.IntN(3000))
+		want, had := model[k]
+		if rng.IntN(3) == 0 {
+			old, ok := tr.Delete([]byte(k))
+			if ok != had || string(old.Value) != want || (ok && string(old.Key) != k) {
+				t.Fatalf("op %d: Delete(%s) = %q/%q, %v; want %q, %v", i, k, old.Key, old.Value, ok, want, had)
+			}
+			delete(model, k)
+			continue
+		}
+		v := fmt.Sprintf("v%d", i)
+		old, ok := tr.Set([]byte(k), []byte(v))
+		if ok != had || string(old.Value) != want || (ok && string(old.Key) != k) {
+			t.Fatalf("op %d: Set(%s) replaced %q/%q, %v; want %q, %v", i, k, old.Key, old.Value, ok, want, had)
+		}
+		model[k] = v
+	}
+}

@@ -27,6 +27,9 @@ type Store struct {
 	// serial, and lets Close wait for the commit in flight. It guards tree.
 	mu   sync.Mutex
 	tree btree.Tree
+	// bytes is what the keys and values held take (Size); written under
+	// mu, read without it.
+	bytes atomic.Int64
 	// published is the tree as of the last commit, frozen: what Get and
 	// Scan read without locking.
 	published atomic.Pointer[btree.Version]
@@ -99,19 +102,27 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 			return op.Conflict(i, cur, exists)
 		}
 	}
+	var delta int64
 	for i, op := range ops {
+		var old btree.Item
+		var had bool
 		switch op.Kind {
 		case kv.OpDelete:
 			// Deleting an absent key would still copy the path; skip it.
 			if _, ok := s.tree.Get(op.Key); ok {
-				s.tree.Delete(op.Key)
+				old, had = s.tree.Delete(op.Key)
 			}
 		case kv.OpCompareAndDelete:
-			s.tree.Delete(op.Key)
+			old, had = s.tree.Delete(op.Key)
 		default:
-			s.tree.Set(items[i].Key, items[i].Value)
+			old, had = s.tree.Set(items[i].Key, items[i].Value)
+			delta += int64(len(items[i].Key) + len(items[i].Value))
+		}
+		if had {
+			delta -= int64(len(old.Key) + len(old.Value))
 		}
 	}
+	s.bytes.Add(delta)
 	v := s.tree.Freeze()
 	s.published.Store(&v)
 	return nil
@@ -170,8 +181,22 @@ func (s *Store) Close() error {
 	}
 	s.tree = btree.Tree{}
 	s.published.Store(&btree.Version{})
+	s.bytes.Store(0)
 	return nil
 }
+
+// Size is kv.Sizer: the bytes of the keys and values memkv holds, the
+// data's share of the process's memory (the tree's nodes and the versions
+// open scans still read come on top). It lets the quota and its NOSPACE
+// alarm guard memkv's memory as they guard other engines' disks.
+func (s *Store) Size() (int64, error) {
+	if s.closed.Load() {
+		return 0, kv.ErrClosed
+	}
+	return s.bytes.Load(), nil
+}
+
+var _ kv.Sizer = (*Store)(nil)
 
 type iterator struct {
 	store *Store
