@@ -153,8 +153,11 @@ func (l *loop) handOff(ctx context.Context, req *handoffReq) state {
 	next.Handoff = req.target
 	enc := next.encode()
 	err := l.e.opts.Store.Commit(ctx, []kv.Op{kv.CompareAndSwap(coder.MetaKey(leaseName), l.cur, enc), FenceOp(l.term)})
-	req.done <- err
+	// No leader is known from here on, and Handoff must see that: told
+	// first, it could read this node's own record as the known leader and
+	// answer that someone other than the target leads.
 	l.setLeader(Record{}, false)
+	req.done <- err
 	if err != nil {
 		if ctx.Err() != nil {
 			return stateStop
