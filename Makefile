@@ -146,7 +146,10 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # on the TiKV adaptor over client-go's mock cluster, and on badger stores
 # migrated from a real etcd by core/migrate (tests/k8s/internal/backend/
 # migrated.go; about 30 s).
-test: build etcd-tools
+# core/migrate's tests also migrate from kine (bin/kine, k3s's etcd shim) on
+# a throwaway PostgreSQL (internal/kinetest; skipped without them unless CI
+# is set).
+test: build etcd-tools bin/kine
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
 	cd internal/btree && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test -race ./...
