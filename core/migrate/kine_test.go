@@ -152,7 +152,8 @@ func (w *k3sWriter) churn(ctx context.Context, rnd *rand.Rand, first, keys, n in
 
 // TestMigrateFromKine migrates a kine on PostgreSQL holding a k3s-like
 // keyspace (kine serves no Snapshot, no HashKV, no lease API, and counts no
-// versions) while writers keep changing it, cuts over, and compares every
+// versions) while writers keep changing it, stops and resumes the
+// migration, cuts over, and compares every
 // key of the target with kine's at the final revision, the watch history
 // from the base on, and what a client sees of leases and compact_rev_key.
 func TestMigrateFromKine(t *testing.T) {
@@ -178,16 +179,37 @@ func TestMigrateFromKine(t *testing.T) {
 	}
 
 	st := openBadger(t, "")
+	opts := migrate.Options{Client: src, Source: k.Endpoint, Store: st, TempDir: t.TempDir(), PageSize: 50, LeaseSyncInterval: 200 * time.Millisecond}
+	sourceRev := func() (int64, error) {
+		r, err := src.Get(ctx, "\x00", clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return r.Header.Revision, nil
+	}
+	// A first run copies the base, follows some writes and is stopped.
+	_, log1 := followUntil(t, ctx, opts, func() (int64, error) {
+		if err := w.churn(ctx, rnd, 2000, 50, 60); err != nil {
+			return 0, err
+		}
+		return sourceRev()
+	})
+	if !contains(log1, "serves no snapshot", "snapshot is not supported", "serves no lease API") {
+		t.Fatalf("the migration did not say it fell back to a Range base and kine's leases:\n%s", log1)
+	}
+	requireUnservable(t, st)
+
+	// A second run resumes, follows writers and cuts over.
 	var logs logBuffer
 	pl := newProgressLog(nil)
 	cut := make(chan struct{})
-	ch := runAsync(ctx, migrate.Options{Client: src, Source: k.Endpoint, Store: st, TempDir: t.TempDir(), Logger: logs.logger(),
-		Progress: pl.record, PageSize: 50, LeaseSyncInterval: 200 * time.Millisecond}, cut)
+	opts.Logger, opts.Progress = logs.logger(), pl.record
+	ch := runAsync(ctx, opts, cut)
 	if _, err := pl.waitFor(ctx, func(p migrate.Progress) bool { return p.Phase == "follow" }); err != nil {
 		t.Fatalf("%v\nlog:\n%s", err, logs.String())
 	}
-	if !contains(logs.String(), "serves no snapshot", "snapshot is not supported") {
-		t.Fatalf("the migration did not say it fell back to a Range base:\n%s", logs.String())
+	if !contains(logs.String(), "resuming migration") {
+		t.Fatalf("the second run did not resume:\n%s", logs.String())
 	}
 	// Writers during the follow phase: new objects, and changes to the
 	// base's, from three clients at once.
@@ -213,11 +235,10 @@ func TestMigrateFromKine(t *testing.T) {
 	if err := w.compact(ctx, 1, 2); err != nil {
 		t.Fatal(err)
 	}
-	cur, err := src.Get(ctx, "\x00", clientv3.WithCountOnly())
+	final, err := sourceRev()
 	if err != nil {
 		t.Fatal(err)
 	}
-	final := cur.Header.Revision
 	close(cut)
 	r := waitRun(t, ch, time.Minute)
 	if r.err != nil {
