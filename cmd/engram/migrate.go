@@ -229,7 +229,8 @@ const verifyUsage = `Usage: engram migrate verify --from URL [--to URL] [--rev R
 
 Compares the source (--from) with the migrated store at revision R (default:
 the source's current revision): etcd's HashKV for the whole keyspace, or key
-by key under --prefix; a difference is reported with the first differing key.
+by key under --prefix or when the source serves no HashKV (kine); a
+difference is reported with the first differing key.
 The target is --to (a running Engram or etcd endpoint) or, without it, the
 store the configuration names, opened read-only.
 `

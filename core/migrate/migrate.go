@@ -22,8 +22,8 @@
 //     so an interrupted migration resumes from a whole revision.
 //  3. Cut-over, once the source's writers are stopped: drain to the source's
 //     revision Rf, sync leases, verify (HashKV at Rf for the whole keyspace,
-//     a key-by-key comparison under a prefix), and make the store servable
-//     at revision Rf in one batch.
+//     a key-by-key comparison under a prefix or when the source serves no
+//     HashKV), and make the store servable at revision Rf in one batch.
 //
 // Every wait on the source during the base copy is bounded by an idle
 // timeout, so a partitioned source ends the migration with ErrSourceIdle
