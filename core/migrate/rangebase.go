@@ -141,15 +141,18 @@ func (m *migration) countAt(idle *idleWatch, b [2]string, rev int64) (int64, err
 	return r.Count, nil
 }
 
+// firstWriteRev is the first revision a write can have: etcd's store
+// starts at revision 1 with nothing in it.
+const firstWriteRev = 2
+
 // listPages lists b at rev into sorter, each key at its mod revision with
 // its listing position as sub revision; listed counts the keys as the
-// source sent them. A key listed twice in a row is added once, as last
-// listed: kine lists its own compact_rev_key row beside the one it keeps
-// for the apiserver, under the same name, the apiserver's last.
+// source sent them. A key is added once (see addListed).
 func (m *migration) listPages(idle *idleWatch, sorter *etcdfmt.Sorter, b [2]string, rev int64) (int64, error) {
 	var (
 		listed  int64
 		pending *etcdfmt.Entry
+		dup     bool // pending was listed more than once
 		key     = b[0]
 		last    = time.Now()
 	)
@@ -166,13 +169,15 @@ func (m *migration) listPages(idle *idleWatch, sorter *etcdfmt.Sorter, b [2]stri
 				switch c := bytes.Compare(kv.Key, pending.KV.Key); {
 				case c < 0:
 					return 0, fmt.Errorf("migrate: the source's Range is not in key order: %q after %q", kv.Key, pending.KV.Key)
-				case c > 0:
-					if err := sorter.Add(pending); err != nil {
-						return 0, fmt.Errorf("migrate: %w", err)
-					}
+				case c == 0:
+					pending, dup = e, true
+					continue
+				}
+				if err := m.addListed(idle, sorter, pending, dup, rev); err != nil {
+					return 0, err
 				}
 			}
-			pending = e
+			pending, dup = e, false
 		}
 		if time.Since(last) > time.Second {
 			last = time.Now()
@@ -184,11 +189,41 @@ func (m *migration) listPages(idle *idleWatch, sorter *etcdfmt.Sorter, b [2]stri
 		key = string(r.Kvs[len(r.Kvs)-1].Key) + "\x00"
 	}
 	if pending != nil {
-		if err := sorter.Add(pending); err != nil {
-			return 0, fmt.Errorf("migrate: %w", err)
+		if err := m.addListed(idle, sorter, pending, dup, rev); err != nil {
+			return 0, err
 		}
 	}
 	return listed, nil
+}
+
+// addListed adds a listed key to sorter, unless what the source lists is
+// not what a client reading the key gets. kine lists its own
+// compact_rev_key row (its first, at revision 1, where etcd has no write)
+// under the name of the apiserver's, which its Get answers instead, or
+// answers with nothing before the apiserver's compactor has written it.
+// So a key listed twice, or at a revision no write can have, is read by a
+// Get at rev, and what that answers, if anything, is added.
+func (m *migration) addListed(idle *idleWatch, sorter *etcdfmt.Sorter, e *etcdfmt.Entry, dup bool, rev int64) error {
+	if dup || e.Rev.Main < firstWriteRev {
+		r, err := m.opts.Client.Get(idle.ctx, string(e.KV.Key), clientv3.WithRev(rev))
+		if err != nil {
+			return m.rangeErr(idle, err, rev)
+		}
+		idle.touch()
+		if len(r.Kvs) == 0 {
+			m.log.Info("leaving out a key the source lists but answers nothing for when read (kine's own compact_rev_key row)", "key", string(e.KV.Key), "listed_revision", e.Rev.Main)
+			return nil
+		}
+		kv := r.Kvs[0]
+		if kv.ModRevision < firstWriteRev {
+			return fmt.Errorf("migrate: the source's key %q is at revision %d, below the first revision a write can have (%d)", kv.Key, kv.ModRevision, firstWriteRev)
+		}
+		e.Rev.Main, e.KV = kv.ModRevision, etcdfmt.KeyValueOf(kv)
+	}
+	if err := sorter.Add(e); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
 }
 
 // rangeErr names a failed page: the source compacted past the base

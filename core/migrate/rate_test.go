@@ -1,6 +1,7 @@
 package migrate_test
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -9,8 +10,12 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/migrate"
+	"github.com/engramkv/engram/internal/kinetest"
+	"github.com/engramkv/engram/internal/pgtest"
 )
 
 // soakEnv enables the migration's long measurements (make soak).
@@ -31,6 +36,7 @@ func envInt(t *testing.T, name string, def int) int {
 }
 
 // TestFollowRate measures how far the follow phase falls behind a source
+// (a real etcd, or kine on PostgreSQL with ENGRAM_MIGRATE_SOURCE=kine)
 // taking ENGRAM_MIGRATE_RATE writes/s (default 3000: issue 26's figure)
 // for ENGRAM_MIGRATE_SECONDS (default 20): 512-byte puts on 5000 keys
 // from 64 clients, paced. It samples the committed position against the
@@ -44,15 +50,26 @@ func TestFollowRate(t *testing.T) {
 	rate := envInt(t, "ENGRAM_MIGRATE_RATE", 3000)
 	seconds := envInt(t, "ENGRAM_MIGRATE_SECONDS", 20)
 	ctx := testCtx(t, time.Duration(seconds)*time.Second+3*time.Minute)
-	_, src := startSource(t)
+	var src *clientv3.Client
+	switch source := os.Getenv("ENGRAM_MIGRATE_SOURCE"); source {
+	case "", "etcd":
+		_, src = startSource(t)
+	case "kine":
+		k := kinetest.Start(t, pgtest.Start(t), kinetest.Options{})
+		src = dial(t, k.Endpoint)
+	default:
+		t.Fatalf("ENGRAM_MIGRATE_SOURCE=%q: want etcd or kine", source)
+	}
 	w := &writer{cli: src}
 	st := openBadger(t, "")
 	var logs logBuffer
 	pl := newProgressLog(nil)
 	cut := make(chan struct{})
 	ch := runAsync(ctx, migrate.Options{Client: src, Source: "rate", Store: st, TempDir: t.TempDir(), Logger: logs.logger(), Progress: pl.record}, cut)
-	if _, err := pl.waitFor(ctx, func(p migrate.Progress) bool { return p.Phase == "follow" }); err != nil {
-		t.Fatal(err)
+	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
+	defer wcancel()
+	if _, err := pl.waitFor(wctx, func(p migrate.Progress) bool { return p.Phase == "follow" }); err != nil {
+		t.Fatalf("%v\nlog:\n%s", err, logs.String())
 	}
 	start := w.maxRev.Load()
 

@@ -166,8 +166,8 @@ func wholeKeyspace(ctx context.Context, source Side, rev int64) ([]byte, []byte,
 // compareRanges walks [key, end) on both sides at rev and reports the first
 // difference; it returns how many keys matched. Each side is read page by
 // page on its own, so a source that lists a key twice (kine's
-// compact_rev_key; the last listed is the one its Get answers) does not
-// put the two out of step.
+// compact_rev_key) does not put the two out of step; such a key is compared
+// as a Get answers it (see addListed).
 func compareRanges(ctx context.Context, source, target Side, key, end []byte, rev int64) (int, error) {
 	src := &rangeCursor{side: source, name: "source", key: key, end: end, rev: rev}
 	dst := &rangeCursor{side: target, name: "target", key: key, end: end, rev: rev}
@@ -202,7 +202,8 @@ func compareRanges(ctx context.Context, source, target Side, key, end []byte, re
 }
 
 // rangeCursor reads one side's keys in order, a page at a time, each key
-// once (the last of a run listed under the same name).
+// once: a key listed twice, or at a revision no write can have, as a Get
+// of it answers (maybe not at all).
 type rangeCursor struct {
 	side      Side
 	name      string
@@ -216,10 +217,40 @@ const comparePage = 1000
 
 func (c *rangeCursor) next(ctx context.Context) (*mvccpb.KeyValue, error) {
 	// Two keys buffered (or the end reached) to see a repeated name.
+	if err := c.fill(ctx); err != nil {
+		return nil, err
+	}
+	dup := false
+	for len(c.buf) >= 2 && bytes.Equal(c.buf[0].Key, c.buf[1].Key) {
+		c.buf, dup = c.buf[1:], true
+		if err := c.fill(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.buf) == 0 {
+		return nil, nil
+	}
+	kv := c.buf[0]
+	c.buf = c.buf[1:]
+	if dup || kv.ModRevision < firstWriteRev {
+		kvs, _, err := c.side.Range(ctx, kv.Key, nil, c.rev, 1)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: get %q from the %s at %d: %w", kv.Key, c.name, c.rev, err)
+		}
+		if len(kvs) == 0 {
+			return c.next(ctx)
+		}
+		kv = kvs[0]
+	}
+	return kv, nil
+}
+
+// fill reads pages until two keys are buffered or the range is done.
+func (c *rangeCursor) fill(ctx context.Context) error {
 	for len(c.buf) < 2 && !c.exhausted {
 		kvs, more, err := c.side.Range(ctx, c.key, c.end, c.rev, comparePage)
 		if err != nil {
-			return nil, fmt.Errorf("migrate: range of the %s at %d: %w", c.name, c.rev, err)
+			return fmt.Errorf("migrate: range of the %s at %d: %w", c.name, c.rev, err)
 		}
 		c.buf = append(c.buf, kvs...)
 		if !more || len(kvs) == 0 {
@@ -228,18 +259,7 @@ func (c *rangeCursor) next(ctx context.Context) (*mvccpb.KeyValue, error) {
 			c.key = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
 		}
 	}
-	for len(c.buf) >= 2 && bytes.Equal(c.buf[0].Key, c.buf[1].Key) {
-		c.buf = c.buf[1:]
-		if len(c.buf) < 2 {
-			return c.next(ctx)
-		}
-	}
-	if len(c.buf) == 0 {
-		return nil, nil
-	}
-	kv := c.buf[0]
-	c.buf = c.buf[1:]
-	return kv, nil
+	return nil
 }
 
 // sameKV compares a source's key with the target's. A source's live key
