@@ -29,6 +29,9 @@ func TestRunDispatch(t *testing.T) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"serve", "--help"}, 0, "--listen-client-urls"},
 		{[]string{"--storage.engine=rocks"}, 2, "storage.engine"},
+		{[]string{"migrate", "--from=http://127.0.0.1:1", "--base=copy"}, 2, `unknown base mode "copy"`},
+		{[]string{"migrate", "--from=http://127.0.0.1:1", "--idle-timeout=0s"}, 2, "--idle-timeout must be positive"},
+		{[]string{"migrate", "--help"}, 0, "--base"},
 	} {
 		var out strings.Builder
 		code := run(tc.args, &out, &out)

@@ -32,6 +32,16 @@ to this process, or stop it (Ctrl-C saves its position) and run it again with
 the source, makes it servable at that revision and exits; then start 'engram
 serve' with the same configuration and switch the clients' endpoints.
 
+A source that serves no snapshot (kine, k3s's etcd shim) is copied instead by
+a paginated Range of its keys at one revision B (also --base=range): each key
+keeps its value, create and mod revision, version and lease, but no history
+below B is kept, so the store reports itself compacted at B (a client watching
+from an older revision relists), and no users or roles are copied. kine counts
+no versions: those keys get version 1 and count up from there. kine's lease IDs
+are their TTLs in seconds; the store grants them so, counted from when it
+starts serving. Without HashKV at the source (kine), the verification compares
+every key at the final revision instead.
+
 The store is the one 'engram serve' opens with the same configuration (flags,
 ENGRAM_* variables, --config FILE); it must be empty or hold an unfinished
 migration from the same source, which is resumed. Engram must not serve it
@@ -102,6 +112,8 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 		src              sourceFlags
 		prefix           string
 		cutover, restart bool
+		base             string
+		idleTimeout      time.Duration
 	)
 	cfg, _, err := config.LoadCommand(args, stdout, &config.Command{
 		Usage: migrateUsage,
@@ -110,6 +122,8 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 			fs.StringVar(&prefix, "prefix", "", "move only the keys under this prefix (e.g. /registry/events/); the store still resumes at the source's revision")
 			fs.BoolVar(&cutover, "cutover", false, "the source's writers are stopped: catch up, verify and finish now")
 			fs.BoolVar(&restart, "restart", false, "discard an unfinished migration in the store and start over")
+			fs.StringVar(&base, "base", "auto", "how the base is copied: snapshot (every revision above the source's compaction), range (the live keys at one revision, no history below it), or auto (snapshot, range when the source serves none)")
+			fs.DurationVar(&idleTimeout, "idle-timeout", 30*time.Second, "give up the base copy when the source sends nothing for this long")
 		},
 	})
 	if errors.Is(err, config.ErrHelp) {
@@ -117,6 +131,13 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if err == nil && src.from == "" {
 		err = errors.New("--from is required")
+	}
+	var baseMode migrate.BaseMode
+	if err == nil {
+		baseMode, err = migrate.ParseBaseMode(base)
+	}
+	if err == nil && idleTimeout <= 0 {
+		err = fmt.Errorf("--idle-timeout must be positive, not %s", idleTimeout)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "engram migrate: %v\n\nRun 'engram migrate --help' for usage.\n", err)
@@ -162,14 +183,16 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	bar := newProgressLine(stderr)
 	res, err := migrate.Run(ctx, migrate.Options{
-		Client:   client,
-		Source:   src.from,
-		Store:    store,
-		Prefix:   []byte(prefix),
-		Restart:  restart,
-		TempDir:  tempDir,
-		Logger:   logger,
-		Progress: bar.show,
+		Client:      client,
+		Source:      src.from,
+		Store:       store,
+		Prefix:      []byte(prefix),
+		Restart:     restart,
+		TempDir:     tempDir,
+		Base:        baseMode,
+		IdleTimeout: idleTimeout,
+		Logger:      logger,
+		Progress:    bar.show,
 		Following: func(from int64) {
 			if !cutover {
 				fmt.Fprintf(stderr, "engram migrate: following %s from revision %d. Once its writers are stopped, cut over with: kill -USR1 %d (or stop this with Ctrl-C and run it again with --cutover)\n", src.from, from, os.Getpid())
@@ -182,8 +205,8 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case err == nil:
-		fmt.Fprintf(stdout, "migrated %s: the store resumes at revision %d (base snapshot at %d, compacted at %d); %s; cut-over took %s.\nStart 'engram serve' with this configuration and switch the clients to it.\n",
-			src.from, res.Rev, res.BaseRev, res.CompactRev, res.Verified, res.Drain.Round(time.Millisecond))
+		fmt.Fprintf(stdout, "migrated %s: the store resumes at revision %d (%s, compacted at %d); %s; cut-over took %s.\nStart 'engram serve' with this configuration and switch the clients to it.\n",
+			src.from, res.Rev, describeBase(res), res.CompactRev, res.Verified, res.Drain.Round(time.Millisecond))
 		return 0
 	case ctx.Err() != nil:
 		fmt.Fprintf(stdout, "stopped; the position is saved: run the same command again to resume (add --cutover once the source's writers are stopped)\n")
@@ -194,11 +217,20 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// describeBase says how the base was copied and what history that kept.
+func describeBase(res migrate.Result) string {
+	if res.Base == migrate.BaseRange {
+		return fmt.Sprintf("base read by Range at revision %d: each key's latest version, no history below it and no users or roles", res.BaseRev)
+	}
+	return fmt.Sprintf("base snapshot at %d: every revision above the source's compaction", res.BaseRev)
+}
+
 const verifyUsage = `Usage: engram migrate verify --from URL [--to URL] [--rev R] [--prefix P] [flags]
 
 Compares the source (--from) with the migrated store at revision R (default:
 the source's current revision): etcd's HashKV for the whole keyspace, or key
-by key under --prefix; a difference is reported with the first differing key.
+by key under --prefix or when the source serves no HashKV (kine); a
+difference is reported with the first differing key.
 The target is --to (a running Engram or etcd endpoint) or, without it, the
 store the configuration names, opened read-only.
 `

@@ -310,6 +310,13 @@ func TestNonEmptyTarget(t *testing.T) {
 		if !errors.Is(err, mvcc.ErrNotEmpty) {
 			t.Fatalf("migrating into a store with data: %v, want ErrNotEmpty", err)
 		}
+		if !contains(err.Error(), `2 keys, the first "/mine/a"`) {
+			t.Fatalf("the refusal does not name what the store holds: %v", err)
+		}
+		// Refused before anything was read from the source.
+		if l := logs.String(); contains(l, "downloaded") || contains(l, "snapshot") || contains(l, "Range") {
+			t.Fatalf("the source was read before the store was refused:\n%s", l)
+		}
 		t.Logf("refused: %v", err)
 		srv = servertest.Start(t, servertest.Options{Store: st})
 		after, err := srv.Client(t).Get(ctx, "\x00", clientv3.WithFromKey())

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +17,11 @@ import (
 	"github.com/engramkv/engram/core/snapshot"
 )
 
-// base downloads the source's snapshot and imports it.
-func (m *migration) base(ctx context.Context, rec mvcc.ImportRecord) error {
+// errNoSnapshot means the source answered Snapshot that it serves none.
+var errNoSnapshot = errors.New("migrate: the source serves no snapshot")
+
+// snapshotBase downloads the source's snapshot and imports it.
+func (m *migration) snapshotBase(ctx context.Context, rec mvcc.ImportRecord) error {
 	path, err := m.download(ctx)
 	if err != nil {
 		return err
@@ -30,7 +34,7 @@ func (m *migration) base(ctx context.Context, rec mvcc.ImportRecord) error {
 	defer f.Close()
 	info := f.Info()
 	rec.CompactRev = info.CompactRev
-	m.ph = phase{Phase: "base", BaseRev: info.Revision, Prefix: m.opts.Prefix}
+	m.ph = phase{Phase: "base", BaseRev: info.Revision, Prefix: m.opts.Prefix, Base: BaseSnapshot}
 	rec.Extra, _ = json.Marshal(m.ph)
 	im, err := mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec})
 	if err != nil {
@@ -85,25 +89,57 @@ func (m *migration) base(ctx context.Context, rec mvcc.ImportRecord) error {
 }
 
 // download saves the source's snapshot stream to a file, sha256 trailer
-// included, for snapshot.Open to verify.
+// included, for snapshot.Open to verify. It ends with ErrSourceIdle when
+// the source sends nothing for the idle timeout, and with errNoSnapshot
+// when the source answers that it serves no snapshot.
 func (m *migration) download(ctx context.Context) (string, error) {
-	rc, err := m.opts.Client.Snapshot(ctx)
-	if err != nil {
-		return "", fmt.Errorf("migrate: snapshot of the source: %w", err)
-	}
-	defer rc.Close()
 	f, err := os.CreateTemp(m.opts.TempDir, "engram-migrate-base-*.db")
 	if err != nil {
 		return "", fmt.Errorf("migrate: %w", err)
 	}
-	n, err := io.Copy(f, rc)
+	idle := newIdleWatch(ctx, m.opts.IdleTimeout)
+	defer idle.stop()
+	// Opening the stream waits for a connection too, so the watch runs
+	// from before it.
+	rc, err := m.opts.Client.Snapshot(idle.ctx)
+	var n int64
+	if err == nil {
+		n, err = copyTouching(f, rc, idle)
+		rc.Close()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		os.Remove(f.Name())
-		return "", fmt.Errorf("migrate: snapshot of the source (after %d bytes): %w", n, err)
+		if n == 0 && notSupported(err) {
+			return "", fmt.Errorf("%w: %w", errNoSnapshot, err)
+		}
+		return "", fmt.Errorf("migrate: snapshot of the source (after %d bytes): %w", n, idle.err(err, "its snapshot"))
 	}
 	m.log.Info("downloaded the source's snapshot", "bytes", n, "file", filepath.Base(f.Name()))
 	return f.Name(), nil
+}
+
+// copyTouching copies src to dst, touching idle with every chunk read.
+func copyTouching(dst io.Writer, src io.Reader, idle *idleWatch) (int64, error) {
+	buf := make([]byte, 256<<10)
+	var n int64
+	for {
+		r, err := src.Read(buf)
+		if r > 0 {
+			idle.touch()
+			w, werr := dst.Write(buf[:r])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
 }

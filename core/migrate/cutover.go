@@ -35,11 +35,16 @@ func (m *migration) cutover(ctx context.Context, target int64) (Result, bool, er
 	cctx, cancel := context.WithTimeout(ctx, hashTimeout)
 	source.hash, source.compact, source.err = source.Side.HashKV(cctx, target)
 	cancel()
-	if source.err != nil {
+	switch {
+	case notSupported(source.err):
+		// Verify compares keys instead; the source's compacted
+		// revision is unknown, so the target keeps its own.
+		source.compact = 0
+	case source.err != nil:
 		return Result{}, false, fmt.Errorf("migrate: HashKV of the source at %d: %w", target, source.err)
 	}
 	compact := min(max(rec.CompactRev, source.compact), target)
-	res := Result{BaseRev: m.ph.BaseRev, CompactRev: compact, Rev: target}
+	res := Result{BaseRev: m.ph.BaseRev, CompactRev: compact, Rev: target, Base: m.ph.base()}
 	if err := m.im.Finish(ctx, mvcc.FinishOptions{Rev: target, CompactRev: compact}); err != nil {
 		return res, false, err
 	}
@@ -58,7 +63,7 @@ func (m *migration) cutover(ctx context.Context, target int64) (Result, bool, er
 		}
 		if errors.Is(err, ErrNotQuiet) {
 			m.log.Warn("the source moved during verification; draining again", "err", err)
-			m.im, err = mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, Resume: true})
+			m.im, err = mvcc.NewImporter(ctx, m.resumeOptions(rec))
 			return res, false, err
 		}
 		return res, false, err
@@ -75,6 +80,10 @@ func (m *migration) checkAuth(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	st, err := m.opts.Client.AuthStatus(cctx)
+	if notSupported(err) {
+		// No auth at the source (kine): nothing could have changed.
+		return
+	}
 	if err != nil {
 		m.log.Warn("could not read the source's auth revision to check that users and roles did not change after the base snapshot", "err", err)
 		return

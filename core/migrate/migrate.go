@@ -11,14 +11,24 @@
 //     compacted revision C. It is imported (only keys under the prefix, when
 //     one is given) with its exact revisions, so a watch can resume on the
 //     target from any revision in (C, base].
+//     A source that serves no Snapshot (kine, k3s's etcd shim, answers "snapshot
+//     is not supported") is read instead by a paginated Range of the keyspace
+//     at one revision B (rangebase.go): each live key at its own create and
+//     mod revision and version, no history below B, which the target then
+//     reports as compacted at B.
 //  2. Follow: a watch from base+1 applies each source revision with its
 //     number; progress notifications advance the position past revisions
 //     that changed nothing under the prefix. Each batch carries the position,
 //     so an interrupted migration resumes from a whole revision.
 //  3. Cut-over, once the source's writers are stopped: drain to the source's
 //     revision Rf, sync leases, verify (HashKV at Rf for the whole keyspace,
-//     a key-by-key comparison under a prefix), and make the store servable
-//     at revision Rf in one batch.
+//     a key-by-key comparison under a prefix or when the source serves no
+//     HashKV), and make the store servable at revision Rf in one batch.
+//
+// Every wait on the source during the base copy is bounded by an idle
+// timeout, so a partitioned source ends the migration with ErrSourceIdle
+// instead of hanging it; and the target is checked empty before anything
+// is downloaded.
 //
 // It owns the protocol with the source; writing records is mvcc's importer,
 // the snapshot file package snapshot's. It must not serve clients: until the
@@ -46,6 +56,10 @@ import (
 // ErrSourceCompacted means the source compacted past the migration's
 // position: the revisions in between are gone, so it must start over.
 var ErrSourceCompacted = errors.New("migrate: the source compacted past the migration's position")
+
+// ErrSourceIdle means the source sent nothing for the idle timeout while
+// the base was copied: it is unreachable or stalled.
+var ErrSourceIdle = errors.New("migrate: the source stopped sending")
 
 // ErrNotQuiet means the source kept changing during the cut-over: its
 // writers were not all stopped.
@@ -76,6 +90,41 @@ type Options struct {
 	// Following, if set, is called once the base is in place and the
 	// migration follows the source from revision from.
 	Following func(from int64)
+	// Base says how the base is copied: BaseAuto (the default) takes the
+	// source's snapshot, or a paginated Range when the source serves no
+	// Snapshot.
+	Base BaseMode
+	// IdleTimeout bounds how long the base copy waits for the source to
+	// send anything (a snapshot chunk, a page); 0 means 30 s.
+	IdleTimeout time.Duration
+	// PageSize is the number of keys per page of a Range base; 0 means
+	// 1000.
+	PageSize int64
+}
+
+// BaseMode says how a migration copies the source's base.
+type BaseMode string
+
+const (
+	// BaseAuto takes the snapshot, or a Range when Snapshot is not served.
+	BaseAuto BaseMode = ""
+	// BaseSnapshot takes the source's Maintenance.Snapshot: every revision
+	// above the source's compacted revision, with leases, users and roles.
+	BaseSnapshot BaseMode = "snapshot"
+	// BaseRange reads the live keys at one revision by a paginated Range:
+	// no history below it, no users or roles.
+	BaseRange BaseMode = "range"
+)
+
+// ParseBaseMode parses a --base flag value.
+func ParseBaseMode(s string) (BaseMode, error) {
+	switch BaseMode(s) {
+	case BaseSnapshot, BaseRange:
+		return BaseMode(s), nil
+	case "auto", BaseAuto:
+		return BaseAuto, nil
+	}
+	return "", fmt.Errorf("unknown base mode %q: want auto, snapshot or range", s)
 }
 
 // Progress is a migration's state for a progress line.
@@ -92,9 +141,11 @@ type Progress struct {
 
 // Result describes a completed cut-over.
 type Result struct {
-	// BaseRev and CompactRev are the base snapshot's revision and
-	// compacted revision; Rev the revision the target resumes at.
+	// BaseRev and CompactRev are the base's revision and compacted
+	// revision; Rev the revision the target resumes at.
 	BaseRev, CompactRev, Rev int64
+	// Base is how the base was copied: BaseSnapshot or BaseRange.
+	Base BaseMode
 	// Verified says how the target was checked against the source.
 	Verified string
 	// Drain is the time from the cut-over request to a verified store.
@@ -115,6 +166,20 @@ type phase struct {
 	// roles the target has.
 	AuthRev     uint64 `json:"auth_rev,omitempty"`
 	AuthEnabled bool   `json:"auth_enabled,omitempty"`
+	// Base is how the base was copied ("" from before Range bases:
+	// snapshot).
+	Base BaseMode `json:"base,omitempty"`
+	// NoLeaseAPI says the source serves no lease API (kine): a key's lease
+	// ID is taken as its TTL in seconds, kine's convention.
+	NoLeaseAPI bool `json:"no_lease_api,omitempty"`
+}
+
+// base returns how the base was copied.
+func (p phase) base() BaseMode {
+	if p.Base == BaseAuto {
+		return BaseSnapshot
+	}
+	return p.Base
 }
 
 // Run migrates until ctx ends (returning ctx's error with the position
@@ -127,6 +192,12 @@ func Run(ctx context.Context, opts Options, cutover <-chan struct{}) (Result, er
 	}
 	if opts.LeaseSyncInterval <= 0 {
 		opts.LeaseSyncInterval = 10 * time.Second
+	}
+	if opts.IdleTimeout <= 0 {
+		opts.IdleTimeout = 30 * time.Second
+	}
+	if opts.PageSize <= 0 {
+		opts.PageSize = 1000
 	}
 	m := &migration{opts: opts, log: opts.Logger}
 	if err := m.start(ctx); err != nil {
@@ -157,11 +228,12 @@ func (m *migration) start(ctx context.Context) error {
 	if prev != nil && !m.opts.Restart && prev.Kind == rec.Kind && prev.Source == rec.Source {
 		var ph phase
 		if err := json.Unmarshal(prev.Extra, &ph); err == nil && ph.Phase == "follow" {
-			im, err := mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, Resume: true})
+			m.ph = ph
+			im, err := mvcc.NewImporter(ctx, m.resumeOptions(rec))
 			if err != nil {
 				return err
 			}
-			m.im, m.ph = im, ph
+			m.im = im
 			m.log.Info("resuming migration", "source", rec.Source, "applied", im.Record().Applied)
 			return nil
 		}
@@ -170,7 +242,29 @@ func (m *migration) start(ctx context.Context) error {
 	if prev != nil && prev.Kind == rec.Kind && prev.Source != rec.Source && !m.opts.Restart {
 		return fmt.Errorf("%w: the store holds an unfinished migration from %s; use --restart to discard it", mvcc.ErrNotEmpty, prev.Source)
 	}
-	return m.base(ctx, rec)
+	// Before any download: an unfinished migration is ours to start
+	// over; anything else refuses the store.
+	if prev == nil || prev.Kind != rec.Kind {
+		if err := mvcc.CheckEmpty(ctx, m.opts.Store); err != nil {
+			return fmt.Errorf("migrate: the target: %w", err)
+		}
+	}
+	if m.opts.Base == BaseRange {
+		return m.rangeBase(ctx, rec)
+	}
+	err = m.snapshotBase(ctx, rec)
+	if errors.Is(err, errNoSnapshot) && m.opts.Base == BaseAuto {
+		m.log.Warn("the source serves no snapshot; copying its keys at one revision by a paginated Range instead (no history below that revision is kept)", "err", err)
+		return m.rangeBase(ctx, rec)
+	}
+	return err
+}
+
+// resumeOptions are the importer's options to continue the migration
+// whose import record is rec: a Range base's source may not count versions
+// (kine), and its watch events carry none either.
+func (m *migration) resumeOptions(rec mvcc.ImportRecord) mvcc.ImportOptions {
+	return mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, Resume: true, CountVersions: m.ph.base() == BaseRange}
 }
 
 func (m *migration) source() string {

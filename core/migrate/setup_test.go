@@ -138,3 +138,6 @@ func contains(s string, subs ...string) bool {
 	}
 	return true
 }
+
+// mvccCheckEmpty returns an error unless st holds nothing an import writes.
+func mvccCheckEmpty(ctx context.Context, st kv.Store) error { return mvcc.CheckEmpty(ctx, st) }

@@ -99,9 +99,23 @@ type VerifyOptions struct {
 // rev is a revision the source compacted at: etcd then answers with the
 // hash it computed while compacting, which reports the compaction before.
 // Keys are compared then.
+//
+// A source that serves no HashKV (kine) is compared key by key; history
+// below rev is then not compared at all.
 func Verify(ctx context.Context, source, target Side, opts VerifyOptions) (string, error) {
 	if len(opts.Prefix) == 0 {
 		hs, cs, err := source.HashKV(ctx, opts.Rev)
+		if notSupported(err) {
+			key, end, err := wholeKeyspace(ctx, source, opts.Rev)
+			if err != nil {
+				return "", err
+			}
+			n, err := compareRanges(ctx, source, target, key, end, opts.Rev)
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("all %d keys match at revision %d (the source serves no HashKV: each key's value, create and mod revision and lease compared, and its version where the source counts one; history below that revision is not compared)", n, opts.Rev), nil
+		}
 		if err != nil {
 			return "", fmt.Errorf("migrate: HashKV of the source at %d: %w", opts.Rev, err)
 		}
@@ -133,46 +147,126 @@ func Verify(ctx context.Context, source, target Side, opts VerifyOptions) (strin
 	return fmt.Sprintf("all %d keys under %q match at revision %d", n, opts.Prefix, opts.Rev), nil
 }
 
+// wholeKeyspace returns the range that covers the source's keyspace at
+// rev: etcd's ("\x00" from key), unless the source lists nothing that way
+// but keys in the text range (kine at a past revision; see rangeBounds).
+func wholeKeyspace(ctx context.Context, source Side, rev int64) ([]byte, []byte, error) {
+	for _, b := range rangeBounds {
+		kvs, _, err := source.Range(ctx, []byte(b[0]), []byte(b[1]), rev, 1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("migrate: range of the source at %d: %w", rev, err)
+		}
+		if len(kvs) > 0 {
+			return []byte(b[0]), []byte(b[1]), nil
+		}
+	}
+	return []byte{0}, []byte{0}, nil
+}
+
 // compareRanges walks [key, end) on both sides at rev and reports the first
-// difference; it returns how many keys matched.
+// difference; it returns how many keys matched. Each side is read page by
+// page on its own, so a source that lists a key twice (kine's
+// compact_rev_key) does not put the two out of step; such a key is compared
+// as a Get answers it (see addListed).
 func compareRanges(ctx context.Context, source, target Side, key, end []byte, rev int64) (int, error) {
-	const page = 1000
+	src := &rangeCursor{side: source, name: "source", key: key, end: end, rev: rev}
+	dst := &rangeCursor{side: target, name: "target", key: key, end: end, rev: rev}
 	n := 0
 	for {
-		a, amore, err := source.Range(ctx, key, end, rev, page)
+		a, err := src.next(ctx)
 		if err != nil {
-			return n, fmt.Errorf("migrate: range of the source at %d: %w", rev, err)
+			return n, err
 		}
-		b, bmore, err := target.Range(ctx, key, end, rev, page)
+		b, err := dst.next(ctx)
 		if err != nil {
-			return n, fmt.Errorf("migrate: range of the target at %d: %w", rev, err)
+			return n, err
 		}
-		for i := 0; i < len(a) || i < len(b); i++ {
-			switch {
-			case i >= len(a):
-				return n, fmt.Errorf("%w: key %q exists only on the target (%s)", ErrMismatch, b[i].Key, describe(b[i]))
-			case i >= len(b):
-				return n, fmt.Errorf("%w: key %q exists only on the source (%s)", ErrMismatch, a[i].Key, describe(a[i]))
-			case !bytes.Equal(a[i].Key, b[i].Key):
-				first := a[i].Key
-				if bytes.Compare(b[i].Key, first) < 0 {
-					first = b[i].Key
-				}
-				return n, fmt.Errorf("%w: key %q is on one side only", ErrMismatch, first)
-			case !sameKV(a[i], b[i]):
-				return n, fmt.Errorf("%w: key %q: source %s, target %s", ErrMismatch, a[i].Key, describe(a[i]), describe(b[i]))
-			}
-			n++
-		}
-		if !amore && !bmore || len(a) == 0 {
+		switch {
+		case a == nil && b == nil:
 			return n, nil
+		case a == nil:
+			return n, fmt.Errorf("%w: key %q exists only on the target (%s)", ErrMismatch, b.Key, describe(b))
+		case b == nil:
+			return n, fmt.Errorf("%w: key %q exists only on the source (%s)", ErrMismatch, a.Key, describe(a))
+		case !bytes.Equal(a.Key, b.Key):
+			first := a.Key
+			if bytes.Compare(b.Key, first) < 0 {
+				first = b.Key
+			}
+			return n, fmt.Errorf("%w: key %q is on one side only", ErrMismatch, first)
+		case !sameKV(a, b):
+			return n, fmt.Errorf("%w: key %q: source %s, target %s", ErrMismatch, a.Key, describe(a), describe(b))
 		}
-		key = append(append([]byte(nil), a[len(a)-1].Key...), 0)
+		n++
 	}
 }
 
+// rangeCursor reads one side's keys in order, a page at a time, each key
+// once: a key listed twice, or at a revision no write can have, as a Get
+// of it answers (maybe not at all).
+type rangeCursor struct {
+	side      Side
+	name      string
+	key, end  []byte
+	rev       int64
+	buf       []*mvccpb.KeyValue
+	exhausted bool
+}
+
+const comparePage = 1000
+
+func (c *rangeCursor) next(ctx context.Context) (*mvccpb.KeyValue, error) {
+	// Two keys buffered (or the end reached) to see a repeated name.
+	if err := c.fill(ctx); err != nil {
+		return nil, err
+	}
+	dup := false
+	for len(c.buf) >= 2 && bytes.Equal(c.buf[0].Key, c.buf[1].Key) {
+		c.buf, dup = c.buf[1:], true
+		if err := c.fill(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.buf) == 0 {
+		return nil, nil
+	}
+	kv := c.buf[0]
+	c.buf = c.buf[1:]
+	if dup || kv.ModRevision < firstWriteRev {
+		kvs, _, err := c.side.Range(ctx, kv.Key, nil, c.rev, 1)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: get %q from the %s at %d: %w", kv.Key, c.name, c.rev, err)
+		}
+		if len(kvs) == 0 {
+			return c.next(ctx)
+		}
+		kv = kvs[0]
+	}
+	return kv, nil
+}
+
+// fill reads pages until two keys are buffered or the range is done.
+func (c *rangeCursor) fill(ctx context.Context) error {
+	for len(c.buf) < 2 && !c.exhausted {
+		kvs, more, err := c.side.Range(ctx, c.key, c.end, c.rev, comparePage)
+		if err != nil {
+			return fmt.Errorf("migrate: range of the %s at %d: %w", c.name, c.rev, err)
+		}
+		c.buf = append(c.buf, kvs...)
+		if !more || len(kvs) == 0 {
+			c.exhausted = true
+		} else {
+			c.key = append(bytes.Clone(kvs[len(kvs)-1].Key), 0)
+		}
+	}
+	return nil
+}
+
+// sameKV compares a source's key with the target's. A source's live key
+// with version 0 comes from a source that does not count versions (kine;
+// etcd never reports one): the target counted its own from 1.
 func sameKV(a, b *mvccpb.KeyValue) bool {
-	return a.CreateRevision == b.CreateRevision && a.ModRevision == b.ModRevision && a.Version == b.Version &&
+	return a.CreateRevision == b.CreateRevision && a.ModRevision == b.ModRevision && (a.Version == b.Version || a.Version == 0) &&
 		a.Lease == b.Lease && bytes.Equal(a.Value, b.Value)
 }
 

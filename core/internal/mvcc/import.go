@@ -53,6 +53,12 @@ type ImportOptions struct {
 	// MaxBatchBytes bounds a batch (a larger single revision still goes in
 	// one batch); 0 means 2 MiB.
 	MaxBatchBytes int
+	// CountVersions accepts live rows with version 0, from a source that
+	// does not count versions (kine reports 0 for every key): such a row
+	// gets the key's imported version plus one, 1 for a create, as etcd
+	// would have counted from the first version imported. Without it a
+	// version 0 is refused, as etcd never reports one for a live key.
+	CountVersions bool
 }
 
 // Importer writes imported versions into a store. It is not safe for
@@ -63,7 +69,8 @@ type Importer struct {
 	record  ImportRecord
 	resumed bool
 
-	maxBytes int
+	maxBytes      int
+	countVersions bool
 	// batch state: ops, and where each key's op is (a batch never names a
 	// key twice, so a later op on a key replaces the earlier one)
 	ops     []kv.Op
@@ -103,7 +110,7 @@ func NewImporter(ctx context.Context, opts ImportOptions) (*Importer, error) {
 	if opts.MaxBatchBytes <= 0 {
 		opts.MaxBatchBytes = 2 << 20
 	}
-	im := &Importer{store: opts.Store, log: opts.Logger, record: opts.Record, maxBytes: opts.MaxBatchBytes, keys: map[string]*importKey{}, opIndex: map[string]int{}, leases: map[int64]bool{}}
+	im := &Importer{store: opts.Store, log: opts.Logger, record: opts.Record, maxBytes: opts.MaxBatchBytes, countVersions: opts.CountVersions, keys: map[string]*importKey{}, opIndex: map[string]int{}, leases: map[int64]bool{}}
 	im.record.Applied = 0
 	prev, err := ReadImportRecord(ctx, opts.Store)
 	switch {
@@ -146,6 +153,21 @@ func (im *Importer) Record() ImportRecord { return im.record }
 // of them is not empty.
 var importSpaces = []coder.Space{coder.SpaceRevision, coder.SpaceObject, coder.SpaceEvent, coder.SpaceLease, coder.SpaceLeaseKeys, coder.SpaceMeta}
 
+// CheckEmpty returns ErrNotEmpty, naming what the store holds, unless the
+// store holds nothing an import writes. A migration calls it before it
+// downloads anything, so a wrong target is refused at once rather than
+// after a base copy of the whole source.
+func CheckEmpty(ctx context.Context, s kv.Store) error {
+	prev, err := ReadImportRecord(ctx, s)
+	if err != nil {
+		return err
+	}
+	if prev != nil {
+		return fmt.Errorf("%w: it holds an unfinished %s from %s (applied up to revision %d)", ErrNotEmpty, prev.Kind, prev.Source, prev.Applied)
+	}
+	return checkEmpty(ctx, s)
+}
+
 func checkEmpty(ctx context.Context, s kv.Store) error {
 	for _, sp := range importSpaces {
 		var found []byte
@@ -161,10 +183,38 @@ func checkEmpty(ctx context.Context, s kv.Store) error {
 			if err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: it holds data up to revision %d; restore or migrate only into an empty store", ErrNotEmpty, rev)
+			return fmt.Errorf("%w: it holds data up to revision %d (%s); restore or migrate only into an empty store", ErrNotEmpty, rev, describeFound(ctx, s))
 		}
 	}
 	return nil
+}
+
+// describeFound names what a non-empty store holds, for the error that
+// refuses it: a key and how many there are (counted up to a bound: the
+// store may be large), or else the kind of record found.
+func describeFound(ctx context.Context, s kv.Store) string {
+	const bound = 1000
+	var (
+		first []byte
+		n     int
+	)
+	err := scanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(coder.SpaceRevision), End: coder.SpaceEnd(coder.SpaceRevision), Limit: bound}, func(p kv.Pair) error {
+		if first == nil {
+			first, _ = coder.DecodeRevisionKey(p.Key)
+		}
+		n++
+		return nil
+	})
+	switch {
+	case err != nil || n == 0:
+		return "no keys, but lease, history or metadata records"
+	case n == 1:
+		return fmt.Sprintf("key %q", first)
+	case n == bound:
+		return fmt.Sprintf("%d or more keys, the first %q", bound, first)
+	default:
+		return fmt.Sprintf("%d keys, the first %q", n, first)
+	}
 }
 
 // wipe deletes everything an import writes, in bounded batches.

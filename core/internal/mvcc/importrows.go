@@ -55,7 +55,7 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	if len(e.KV.Key) == 0 {
 		return fmt.Errorf("mvcc: import: empty key at revision %d/%d", r.Main, r.Sub)
 	}
-	if !e.Tombstone && (e.KV.CreateRevision <= 0 || e.KV.CreateRevision > r.Main || e.KV.Version <= 0 || e.KV.ModRevision != r.Main) {
+	if !e.Tombstone && (e.KV.CreateRevision <= 0 || e.KV.CreateRevision > r.Main || e.KV.Version < 0 || e.KV.Version == 0 && !im.countVersions || e.KV.ModRevision != r.Main) {
 		return fmt.Errorf("mvcc: import: key %q at revision %d/%d has create_revision %d, mod_revision %d, version %d", e.KV.Key, r.Main, r.Sub, e.KV.CreateRevision, e.KV.ModRevision, e.KV.Version)
 	}
 	if r.Main != im.cur {
@@ -76,6 +76,13 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	h := header{modRev: r.Main, sub: r.Sub, tombstone: e.Tombstone}
 	if !e.Tombstone {
 		h.createRev, h.version, h.lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
+		if h.version == 0 {
+			// CountVersions: the source does not count them.
+			h.version = 1
+			if s.exists && !s.cur.tombstone {
+				h.version = s.cur.version + 1
+			}
+		}
 	}
 	if s.stagedRev != r.Main {
 		// The key's first change in this revision: the version it
