@@ -39,7 +39,9 @@ func (m *migration) follow(ctx context.Context, cutover <-chan struct{}) (Result
 	flushTimer := time.NewTimer(flushEvery)
 	flushTimer.Stop()
 	var (
-		lastFlush  = time.Now()
+		// Zero: the first response after the watch starts commits at
+		// once, so the position moves as soon as the source does.
+		lastFlush  time.Time
 		dirty      bool
 		timerArmed bool
 	)
