@@ -92,6 +92,9 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 		SkipHashCheck: skipHash,
 		BumpRevision:  bump,
 		MarkCompacted: markCompacted,
+		// The sort files go beside the data rather than to a /tmp that
+		// may be memory.
+		TempDir: cfg.DataDir,
 		Progress: func(rows, total int64) {
 			logger.Info("restoring", "rows", rows, "of", total)
 		},
