@@ -138,10 +138,15 @@ func (e *Entry) BucketKey() []byte {
 // BucketValue returns e's bucket value: the marshalled KeyValue, or for a
 // tombstone a KeyValue holding only the key (as etcd writes it).
 func (e *Entry) BucketValue() []byte {
+	return e.AppendBucketValue(make([]byte, 0, e.KV.MarshalBound()))
+}
+
+// AppendBucketValue appends e's bucket value to dst.
+func (e *Entry) AppendBucketValue(dst []byte) []byte {
 	if e.Tombstone {
-		return (&KeyValue{Key: e.KV.Key}).Marshal()
+		return (&KeyValue{Key: e.KV.Key}).AppendMarshal(dst)
 	}
-	return e.KV.Marshal()
+	return e.KV.AppendMarshal(dst)
 }
 
 // DecodeEntry decodes one key-bucket row. A tombstone's KV gets

@@ -47,7 +47,16 @@ func (kv *KeyValue) Proto() *mvccpb.KeyValue {
 // Marshal writes kv as etcd writes an mvccpb.KeyValue: fields in number
 // order, zero values omitted, unknown fields last.
 func (kv *KeyValue) Marshal() []byte {
-	b := make([]byte, 0, len(kv.Key)+len(kv.Value)+len(kv.Unknown)+48)
+	return kv.AppendMarshal(make([]byte, 0, kv.MarshalBound()))
+}
+
+// MarshalBound bounds the length of kv's marshalled form.
+func (kv *KeyValue) MarshalBound() int {
+	return len(kv.Key) + len(kv.Value) + len(kv.Unknown) + 48
+}
+
+// AppendMarshal appends kv's marshalled form to b.
+func (kv *KeyValue) AppendMarshal(b []byte) []byte {
 	if len(kv.Key) > 0 {
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendBytes(b, kv.Key)

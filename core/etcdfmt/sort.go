@@ -32,8 +32,11 @@ const (
 // to memLimit bytes of rows, sorts them, spills each full batch to a run
 // file in dir, and merges the runs.
 //
-// Rows are kept encoded in one buffer rather than as Entry values so that a
-// batch costs its bytes plus a small index entry and no allocation per row.
+// Rows are kept encoded in blocks of bytes rather than as Entry values so
+// that a batch costs its bytes plus a small index entry and no allocation
+// per row; blocks, unlike one growing buffer, are never copied, and serve
+// the next batch after a spill (issue 26: a doubling buffer was most of
+// what a snapshot allocated).
 // All runs go to a single spill file, each run a section of it, so a merge
 // needs one file descriptor however many runs there are.
 //
@@ -46,8 +49,9 @@ type Sorter struct {
 	memLimit int
 	byKey    bool
 
-	buf   []byte     // encoded rows of the batch in memory
-	items []sortItem // their revisions and offsets in buf
+	blocks [][]byte   // encoded rows of the batch in memory; the last one is filled
+	used   int        // bytes of rows in blocks
+	items  []sortItem // their revisions and places in blocks
 
 	spill   *os.File
 	spillW  *bufio.Writer
@@ -62,7 +66,7 @@ type Sorter struct {
 // (a key sorter compares keys without decoding rows).
 type sortItem struct {
 	rev            Revision
-	off            int
+	block, off     uint32
 	keyOff, keyLen uint32
 }
 
@@ -103,7 +107,7 @@ func (s *Sorter) compare(aKey []byte, a Revision, bKey []byte, b Revision) int {
 }
 
 func (s *Sorter) itemKey(it sortItem) []byte {
-	return s.buf[it.keyOff : it.keyOff+it.keyLen]
+	return s.blocks[it.block][it.keyOff : it.keyOff+it.keyLen]
 }
 
 // Len returns the number of rows added.
@@ -117,32 +121,40 @@ func (s *Sorter) Add(e *Entry) error {
 	var keyAt int
 	s.scratch, keyAt = appendSortRecord(s.scratch[:0], e)
 	rec := s.scratch
-	if len(s.items) > 0 && len(s.buf)+len(rec)+(len(s.items)+1)*sortIndexOverhead > s.memLimit {
+	if len(s.items) > 0 && s.used+len(rec)+(len(s.items)+1)*sortIndexOverhead > s.memLimit {
 		if err := s.spillBatch(); err != nil {
 			return err
 		}
 	}
-	s.grow(len(rec))
-	s.items = append(s.items, sortItem{rev: e.Rev, off: len(s.buf), keyOff: uint32(len(s.buf) + keyAt), keyLen: uint32(len(e.KV.Key))})
-	s.buf = append(s.buf, rec...)
+	bi := s.room(len(rec))
+	b := s.blocks[bi]
+	off := len(b)
+	s.items = append(s.items, sortItem{rev: e.Rev, block: uint32(bi), off: uint32(off), keyOff: uint32(off + keyAt), keyLen: uint32(len(e.KV.Key))})
+	s.blocks[bi] = append(b, rec...)
+	s.used += len(rec)
 	s.n++
 	return nil
 }
 
-// grow makes room for n more bytes in buf without letting append double
-// the buffer far past the memory limit.
-func (s *Sorter) grow(n int) {
-	need := len(s.buf) + n
-	if need <= cap(s.buf) {
-		return
+// sortBlock is the size of the blocks rows are kept in; a larger row gets
+// a block of its own.
+const sortBlock = 1 << 20
+
+// room returns the index of a block with room for n more bytes: the last
+// one, or a new one after it (a block emptied by a spill is reused).
+func (s *Sorter) room(n int) int {
+	last := len(s.blocks) - 1
+	if last >= 0 && cap(s.blocks[last])-len(s.blocks[last]) >= n {
+		return last
 	}
-	c := max(2*cap(s.buf), need, 4<<10)
-	if c > s.memLimit {
-		c = max(s.memLimit, need)
+	if spare := len(s.blocks); spare < cap(s.blocks) {
+		if b := s.blocks[:spare+1][spare]; cap(b) >= n {
+			s.blocks = s.blocks[:spare+1]
+			return spare
+		}
 	}
-	nb := make([]byte, len(s.buf), c)
-	copy(nb, s.buf)
-	s.buf = nb
+	s.blocks = append(s.blocks, make([]byte, 0, max(n, min(sortBlock, s.memLimit))))
+	return len(s.blocks) - 1
 }
 
 func (s *Sorter) sortBatch() {
@@ -174,15 +186,21 @@ func (s *Sorter) spillBatch() error {
 			return fmt.Errorf("etcdfmt: sort: write run: %w", err)
 		}
 	}
-	s.buf = s.buf[:0]
+	// The blocks stay allocated for the next batch, kept past the
+	// slice's length for room to find.
+	for i := range s.blocks {
+		s.blocks[i] = s.blocks[i][:0]
+	}
+	s.blocks, s.used = s.blocks[:0], 0
 	s.items = s.items[:0]
 	return nil
 }
 
 // record returns the encoded row it points at, length prefix included.
 func (s *Sorter) record(it sortItem) []byte {
-	n, w := binary.Uvarint(s.buf[it.off:])
-	return s.buf[it.off : it.off+w+int(n)]
+	b := s.blocks[it.block][it.off:]
+	n, w := binary.Uvarint(b)
+	return b[:w+int(n)]
 }
 
 // Each calls fn with every row in (Main, Sub) order (in (Key, Main, Sub)
@@ -215,7 +233,7 @@ func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 
 // Close removes the spill file. It is safe to call more than once.
 func (s *Sorter) Close() error {
-	s.buf, s.items, s.runs = nil, nil, nil
+	s.blocks, s.items, s.runs = nil, nil, nil
 	if s.spill == nil {
 		return nil
 	}
