@@ -7,7 +7,8 @@
 //
 // It owns the glue only: reading and writing the file is package snapshot's,
 // the format etcdfmt's, and writing records with given revisions mvcc's
-// importer. It must not serve anything or open engines.
+// (a restore is mvcc's bulk import through the engine's kv.BulkLoader). It
+// must not serve anything or open engines.
 //
 // It is public because `engram snapshot restore` (cmd/engram) runs Restore on
 // a store the binary opened; Save is reached through the server's Snapshot

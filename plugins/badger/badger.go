@@ -32,6 +32,13 @@
 // Forward scans read every version and apply the tombstone rules
 // themselves, so that they stop at their end instead of walking a run of
 // deleted keys behind it (iterator.go).
+//
+// # Bulk loading
+//
+// BulkLoad fills an empty store with badger's StreamWriter, table by table
+// into the bottom level; the load's marker waits in a file beside the
+// database until the load is synced (bulk.go). Meanwhile every other call
+// answers kv.ErrLoading.
 package badger
 
 import (
