@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -78,6 +80,14 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 	file := rest[0]
 	logger := newLogger(cfg.Log, stderr)
 	cfg.WarnUnknownEnv(logger)
+	if os.Getenv("GOGC") == "" {
+		// A restore's heap is mostly the sort's and the engine's
+		// short-lived buffers: collecting at half the live heap instead
+		// of all of it cut the peak RSS of a million-object restore
+		// from 1.72 to 1.43 GiB at the same time (DESIGN.md, "Bulk
+		// restore").
+		debug.SetGCPercent(50)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
