@@ -151,13 +151,18 @@ func (e *Entry) AppendBucketValue(dst []byte) []byte {
 
 // DecodeEntry decodes one key-bucket row. A tombstone's KV gets
 // ModRevision = Rev.Main.
-func DecodeEntry(k, v []byte) (Entry, error) {
+func DecodeEntry(k, v []byte) (Entry, error) { return decodeEntry(k, v, false) }
+
+// DecodeEntryView is DecodeEntry whose entry's byte slices alias v.
+func DecodeEntryView(k, v []byte) (Entry, error) { return decodeEntry(k, v, true) }
+
+func decodeEntry(k, v []byte, view bool) (Entry, error) {
 	r, tomb, err := ParseBucketKey(k)
 	if err != nil {
 		return Entry{}, err
 	}
 	e := Entry{Rev: r, Tombstone: tomb}
-	if err := e.KV.Unmarshal(v); err != nil {
+	if err := e.KV.unmarshal(v, view); err != nil {
 		return Entry{}, fmt.Errorf("%w: value at revision %d/%d: %v", ErrMalformed, r.Main, r.Sub, err)
 	}
 	if len(e.KV.Key) == 0 {
