@@ -102,9 +102,7 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 		SkipHashCheck: skipHash,
 		BumpRevision:  bump,
 		MarkCompacted: markCompacted,
-		// The sort files go beside the data rather than to a /tmp that
-		// may be memory.
-		TempDir: cfg.DataDir,
+		TempDir:       restoreTempDir(cfg.DataDir),
 		Progress: func(rows, total int64) {
 			logger.Info("restoring", "rows", rows, "of", total)
 		},
@@ -128,6 +126,16 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "restored auth (%s): %d users, %d roles, auth revision %d\n", state, len(a.Users), len(a.Roles), a.Revision)
 	}
 	return 0
+}
+
+// restoreTempDir is where a restore's sort files go: beside the data
+// rather than in a /tmp that may be memory, when the engine keeps its files
+// in dataDir; the system's temporary directory for the others (TiKV, memkv).
+func restoreTempDir(dataDir string) string {
+	if fi, err := os.Stat(dataDir); err == nil && fi.IsDir() {
+		return dataDir
+	}
+	return ""
 }
 
 func snapshotStatus(args []string, stdout, stderr io.Writer) int {
