@@ -209,3 +209,27 @@ func TestBulkImportSameKeyTwiceInOneRevision(t *testing.T) {
 	}
 	samePairs(t, dump(t, ref), dump(t, bulk))
 }
+
+// TestBulkImportEmpty: a snapshot of an empty etcd (revision 1, or a later
+// revision with every key deleted and compacted away) restores to a store
+// at that revision.
+func TestBulkImportEmpty(t *testing.T) {
+	ctx := context.Background()
+	for _, rev := range []int64{1, 9} {
+		x := exported{info: ExportInfo{Rev: rev, CompactRev: rev}}
+		if rev == 1 {
+			x.info.CompactRev = 0
+		}
+		s := memkv.New()
+		if _, err := BulkImport(ctx, x.bulkOptions(t, s, kv.BulkLoaderOf(s, 0))); err != nil {
+			t.Fatal(err)
+		}
+		b := open(t, s)
+		if b.Rev() != rev {
+			t.Fatalf("empty import to revision %d opens at %d", rev, b.Rev())
+		}
+		if r := put(t, b, "/first", "x"); r != rev+1 {
+			t.Fatalf("first write after the import at revision %d, want %d", r, rev+1)
+		}
+	}
+}
