@@ -63,7 +63,7 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	if err := checkBulkTarget(ctx, opts.Store, opts.Record.Kind); err != nil {
+	if err := checkBulkTarget(ctx, opts.Store, opts.Record.Kind, opts.Logger); err != nil {
 		return 0, err
 	}
 	leases := make(map[int64]bool, len(opts.Leases))
@@ -169,7 +169,7 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 // checkBulkTarget refuses a store that holds data or another kind's
 // unfinished import, as NewImporter does; one holding an unfinished import
 // of kind is the loader's to replace.
-func checkBulkTarget(ctx context.Context, s kv.Store, kind string) error {
+func checkBulkTarget(ctx context.Context, s kv.Store, kind string, log *slog.Logger) error {
 	prev, err := ReadImportRecord(ctx, s)
 	switch {
 	case err != nil:
@@ -179,6 +179,7 @@ func checkBulkTarget(ctx context.Context, s kv.Store, kind string) error {
 	case prev.Kind != kind:
 		return fmt.Errorf("%w: an unfinished %s from %s (applied up to revision %d); finish it or wipe the store first", ErrNotEmpty, prev.Kind, prev.Source, prev.Applied)
 	}
+	log.Warn("replacing the store's unfinished import", "kind", prev.Kind, "source", prev.Source)
 	return nil
 }
 
