@@ -47,7 +47,7 @@ func TestWriteReport(t *testing.T) {
 		rss:      map[string]rssResult{storeEtcd: {Loaded: memory{RSS: 200 << 20}}, storeBadger: {Loaded: memory{RSS: 100 << 20}}},
 		snapshot: true,
 		snap: map[string]snapResult{
-			storeEtcd: {Objects: 1000, Keys: 1000, Revision: 101, SaveSeconds: 2, Size: 100 << 20,
+			storeEtcd: {Objects: 1000, Keys: 1000, Revision: 101, SaveSeconds: 2, Size: 100 << 20, SaveAllocBytes: 150 << 20,
 				ServerBefore: memory{RSS: 200 << 20}, ServerPeak: 300 << 20, ServerPeakAnon: 150 << 20,
 				RestoreSeconds: 0.5, RestorePeakRSS: 40 << 20, StartSeconds: 1.25, RestoredKeys: 1000, RestoredRevision: 101,
 				SaveCmd: "etcdctl snapshot save f", RestoreCmd: "etcdutl snapshot restore f"},
@@ -105,8 +105,8 @@ func TestWriteReport(t *testing.T) {
 		"](results/chart.png)",
 		"etcd --x",
 		"## Snapshot and restore of 1000 objects",
-		"| etcd | 1000 | 2.00 s | 100 MiB | 50.0 | 200 MiB | 300 MiB | 150 MiB | 0.50 s | 200 | 40 MiB | ready in 1.25 s; same keys and revision (101) |",
-		"| engram-badger | 1000 | 4.00 s | 80 MiB | 20.0 | 100 MiB | 180 MiB | 170 MiB | 20.0 s | 4.00 | 250 MiB | **restored store holds 999 keys",
+		"| etcd | 1000 | 2.00 s | 100 MiB | 50.0 | 1.5 B | 200 MiB | 300 MiB | 150 MiB | 0.50 s | 1.0× | 200 | 40 MiB | ready in 1.25 s; same keys and revision (101) |",
+		"| engram-badger | 1000 | 4.00 s | 80 MiB | 20.0 | – | 100 MiB | 180 MiB | 170 MiB | 20.0 s | 40.0× | 4.00 | 250 MiB | **restored store holds 999 keys",
 		"etcdutl snapshot restore f",
 	} {
 		if !strings.Contains(md, want) {

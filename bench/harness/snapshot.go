@@ -32,10 +32,14 @@ type snapResult struct {
 	// snapshot; ServerPeak the highest VmRSS sampled every 50 ms while it
 	// ran, PeakAnon the highest anonymous part (file-backed pages, etcd's
 	// mmapped bbolt file, are reclaimable).
-	ServerBefore        memory
-	ServerPeak          int64
-	ServerPeakAnon      int64
-	RSSSamples          int
+	ServerBefore   memory
+	ServerPeak     int64
+	ServerPeakAnon int64
+	RSSSamples     int
+	// SaveAllocBytes is what the server's Go heap allocated while it
+	// made and sent the snapshot (go_memstats_alloc_bytes_total on its
+	// /metrics; 0: not exported): the sender's garbage.
+	SaveAllocBytes      float64
 	SaveError           string `json:",omitempty"`
 	RestoreSeconds      float64
 	RestorePeakRSS      int64  // ru_maxrss of the restoring process, bytes
@@ -55,6 +59,10 @@ func mibps(size int64, secs float64) float64 {
 	}
 	return float64(size) / (1 << 20) / secs
 }
+
+// allocMetric is the Go runtime's count of bytes allocated, which both
+// etcd and Engram export.
+const allocMetric = "go_memstats_alloc_bytes_total"
 
 // restoreMemberPeer is the peer URL a restored etcd member records: a
 // placeholder, since a single member never dials its own peer URL and the
@@ -84,11 +92,19 @@ func (h *harness) measureSnapshot(ctx context.Context, store string, srv *server
 	args := []string{"--endpoints=" + srv.endpoint, "--command-timeout=30m", "snapshot", "save", file}
 	res.SaveCmd = "etcdctl " + strings.Join(args, " ")
 	h.log.Info("snapshot save", "store", store)
+	metricsAddr := srv.httpAddr
+	if metricsAddr == "" {
+		metricsAddr = srv.endpoint // etcd serves /metrics on its client URL
+	}
+	allocBefore, allocKnown := scrapeCounter(ctx, metricsAddr, allocMetric)
 	stopSampling := sampleRSS(srv.cmd.Process.Pid, 50*time.Millisecond)
 	start := time.Now()
 	_, err = h.tool(ctx, h.etcdctlBin, args...)
 	res.SaveSeconds = time.Since(start).Seconds()
 	peak := stopSampling()
+	if allocAfter, ok := scrapeCounter(ctx, metricsAddr, allocMetric); ok && allocKnown {
+		res.SaveAllocBytes = allocAfter - allocBefore
+	}
 	res.ServerPeak, res.ServerPeakAnon, res.RSSSamples = peak.RSS, peak.Anon, peak.n
 	if err != nil {
 		res.SaveError = err.Error()

@@ -22,12 +22,19 @@ const writerBusyMetric = "engram_mvcc_writer_busy_seconds_total"
 // false when the server has no metrics endpoint or does not export the
 // counter (a build from before it was added).
 func writerBusy(ctx context.Context, httpAddr string) (busy time.Duration, ok bool) {
-	if httpAddr == "" {
+	secs, ok := scrapeCounter(ctx, httpAddr, writerBusyMetric)
+	return time.Duration(secs * float64(time.Second)), ok
+}
+
+// scrapeCounter reads the counter name from the server's /metrics at
+// addr (host:port); ok is false when there is none.
+func scrapeCounter(ctx context.Context, addr, name string) (float64, bool) {
+	if addr == "" {
 		return 0, false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
 	if err != nil {
 		return 0, false
 	}
@@ -39,8 +46,7 @@ func writerBusy(ctx context.Context, httpAddr string) (busy time.Duration, ok bo
 	if resp.StatusCode != http.StatusOK {
 		return 0, false
 	}
-	secs, ok := parseCounter(bufio.NewScanner(resp.Body), writerBusyMetric)
-	return time.Duration(secs * float64(time.Second)), ok
+	return parseCounter(bufio.NewScanner(resp.Body), name)
 }
 
 // parseCounter sums the samples of the counter name in Prometheus' text

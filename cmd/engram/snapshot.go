@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -78,6 +80,14 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 	file := rest[0]
 	logger := newLogger(cfg.Log, stderr)
 	cfg.WarnUnknownEnv(logger)
+	if os.Getenv("GOGC") == "" {
+		// A restore's heap is mostly the sort's and the engine's
+		// short-lived buffers: collecting at half the live heap instead
+		// of all of it cut the peak RSS of a million-object restore
+		// from 1.72 to 1.43 GiB at the same time (DESIGN.md, "Bulk
+		// restore").
+		debug.SetGCPercent(50)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
@@ -92,6 +102,7 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 		SkipHashCheck: skipHash,
 		BumpRevision:  bump,
 		MarkCompacted: markCompacted,
+		TempDir:       restoreTempDir(cfg.DataDir),
 		Progress: func(rows, total int64) {
 			logger.Info("restoring", "rows", rows, "of", total)
 		},
@@ -115,6 +126,16 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "restored auth (%s): %d users, %d roles, auth revision %d\n", state, len(a.Users), len(a.Roles), a.Revision)
 	}
 	return 0
+}
+
+// restoreTempDir is where a restore's sort files go: beside the data
+// rather than in a /tmp that may be memory, when the engine keeps its files
+// in dataDir; the system's temporary directory for the others (TiKV, memkv).
+func restoreTempDir(dataDir string) string {
+	if fi, err := os.Stat(dataDir); err == nil && fi.IsDir() {
+		return dataDir
+	}
+	return ""
 }
 
 func snapshotStatus(args []string, stdout, stderr io.Writer) int {

@@ -7,7 +7,8 @@
 //
 // It owns the glue only: reading and writing the file is package snapshot's,
 // the format etcdfmt's, and writing records with given revisions mvcc's
-// importer. It must not serve anything or open engines.
+// (a restore is mvcc's bulk import through the engine's kv.BulkLoader). It
+// must not serve anything or open engines.
 //
 // It is public because `engram snapshot restore` (cmd/engram) runs Restore on
 // a store the binary opened; Save is reached through the server's Snapshot
@@ -68,6 +69,9 @@ type RestoreOptions struct {
 	MarkCompacted bool
 	// Progress, if set, is called now and then with the rows restored.
 	Progress func(rows, total int64)
+	// TempDir holds the restore's sort files, about the size of the
+	// snapshot's key bucket at most ("": the system's temporary directory).
+	TempDir string
 }
 
 // RestoreInfo describes a completed restore.
@@ -83,8 +87,9 @@ type RestoreInfo struct {
 }
 
 // Restore imports the snapshot file at path into store, which must be empty
-// (or hold an earlier restore that did not finish, which is wiped first).
-// Nothing is servable until the last batch commits.
+// (or hold an earlier restore that did not finish, which is replaced). It
+// bulk-loads the store (mvcc.BulkImport; the engine's kv.BulkLoader, or
+// batched Commits): nothing is servable until the load finishes.
 func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptions) (RestoreInfo, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
@@ -108,15 +113,11 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	if opts.MarkCompacted {
 		out.CompactRev = out.Rev
 	}
-	im, err := mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: store, Logger: opts.Logger,
-		Record: mvcc.ImportRecord{Kind: "restore", Source: path, CompactRev: info.CompactRev}})
-	if err != nil {
-		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
-	}
 	leases, err := f.Leases()
 	if err != nil {
 		return RestoreInfo{}, err
 	}
+	imported := make([]mvcc.ImportLease, 0, len(leases))
 	for _, l := range leases {
 		ttl := l.TTL
 		if ttl <= 0 {
@@ -126,40 +127,51 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 			opts.Logger.Warn("lease with a non-positive TTL in the snapshot; restoring it with 1 s", "lease", fmt.Sprintf("%x", l.ID), "ttl", l.TTL)
 			ttl = 1
 		}
-		if err := im.Lease(l.ID, ttl); err != nil {
-			return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
-		}
+		imported = append(imported, mvcc.ImportLease{ID: l.ID, TTL: ttl})
 	}
 	out.Leases = len(leases)
-	err = f.Entries(ctx, func(e *etcdfmt.Entry) error {
-		if err := im.Add(ctx, e); err != nil {
-			return err
-		}
-		out.Rows++
-		if opts.Progress != nil && out.Rows%10000 == 0 {
-			opts.Progress(out.Rows, int64(info.TotalKeys))
-		}
-		return nil
-	})
-	if err != nil {
-		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
-	}
-	// The users and roles go in before the data becomes servable, so a
-	// store that had auth on is never served with it off. A file without
-	// them still writes an empty state: it replaces one an unfinished
-	// restore of another file may have left.
+	// The users and roles are loaded with the data, so a store that had
+	// auth on is never served with it off. A file without them still
+	// writes an empty state: it replaces one an unfinished restore of
+	// another file may have left.
 	a, err := f.Auth()
 	if err != nil {
 		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
 	}
-	if err := auth.Import(ctx, store, a); err != nil {
+	authRecords, err := auth.ImportRecords(ctx, store, a)
+	if err != nil {
+		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
+	}
+	var progress func(int64)
+	if opts.Progress != nil {
+		progress = func(rows int64) { opts.Progress(rows, int64(info.TotalKeys)) }
+	}
+	out.Rows, err = mvcc.BulkImport(ctx, mvcc.BulkImportOptions{
+		Store:  store,
+		Loader: kv.BulkLoaderOf(store, 0),
+		Logger: opts.Logger,
+		Record: mvcc.ImportRecord{Kind: "restore", Source: path, CompactRev: info.CompactRev},
+		Leases: imported,
+		Rows: func(yield func(*etcdfmt.Entry) error) error {
+			// The sort copies each row as it comes: no need for
+			// Entries' own copy.
+			if err := f.EntriesView(ctx, yield); err != nil {
+				return err
+			}
+			// Read once: unmapping the file gives back its pages
+			// (as large as the file) before the load.
+			return f.Close()
+		},
+		Meta:     authRecords,
+		Finish:   mvcc.FinishOptions{Rev: out.Rev, CompactRev: out.CompactRev},
+		TempDir:  opts.TempDir,
+		Progress: progress,
+	})
+	if err != nil {
 		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
 	}
 	if !a.Empty() {
 		out.Auth = a
-	}
-	if err := im.Finish(ctx, mvcc.FinishOptions{Rev: out.Rev, CompactRev: out.CompactRev}); err != nil {
-		return RestoreInfo{}, fmt.Errorf("backup: restore %s: %w", path, err)
 	}
 	if opts.Progress != nil {
 		opts.Progress(out.Rows, out.Rows)

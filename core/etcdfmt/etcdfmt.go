@@ -138,21 +138,31 @@ func (e *Entry) BucketKey() []byte {
 // BucketValue returns e's bucket value: the marshalled KeyValue, or for a
 // tombstone a KeyValue holding only the key (as etcd writes it).
 func (e *Entry) BucketValue() []byte {
+	return e.AppendBucketValue(make([]byte, 0, e.KV.MarshalBound()))
+}
+
+// AppendBucketValue appends e's bucket value to dst.
+func (e *Entry) AppendBucketValue(dst []byte) []byte {
 	if e.Tombstone {
-		return (&KeyValue{Key: e.KV.Key}).Marshal()
+		return (&KeyValue{Key: e.KV.Key}).AppendMarshal(dst)
 	}
-	return e.KV.Marshal()
+	return e.KV.AppendMarshal(dst)
 }
 
 // DecodeEntry decodes one key-bucket row. A tombstone's KV gets
 // ModRevision = Rev.Main.
-func DecodeEntry(k, v []byte) (Entry, error) {
+func DecodeEntry(k, v []byte) (Entry, error) { return decodeEntry(k, v, false) }
+
+// DecodeEntryView is DecodeEntry whose entry's byte slices alias v.
+func DecodeEntryView(k, v []byte) (Entry, error) { return decodeEntry(k, v, true) }
+
+func decodeEntry(k, v []byte, view bool) (Entry, error) {
 	r, tomb, err := ParseBucketKey(k)
 	if err != nil {
 		return Entry{}, err
 	}
 	e := Entry{Rev: r, Tombstone: tomb}
-	if err := e.KV.Unmarshal(v); err != nil {
+	if err := e.KV.unmarshal(v, view); err != nil {
 		return Entry{}, fmt.Errorf("%w: value at revision %d/%d: %v", ErrMalformed, r.Main, r.Sub, err)
 	}
 	if len(e.KV.Key) == 0 {

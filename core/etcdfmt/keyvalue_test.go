@@ -2,6 +2,7 @@ package etcdfmt
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -49,5 +50,27 @@ func TestKeyValueWireForm(t *testing.T) {
 	var m mvccpb.KeyValue
 	if err := proto.Unmarshal(in, &m); err != nil || string(m.Key) != "k" {
 		t.Errorf("protobuf cannot read KeyValue.Marshal's output: %v", err)
+	}
+}
+
+// TestUnmarshalView: the view decodes what Unmarshal decodes, aliasing the
+// input instead of copying it.
+func TestUnmarshalView(t *testing.T) {
+	in := KeyValue{Key: []byte("k"), CreateRevision: 2, ModRevision: 3, Version: 2, Value: []byte("value"), Lease: 7,
+		Unknown: protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1)}
+	raw := in.Marshal()
+	var copied, view KeyValue
+	if err := copied.Unmarshal(raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := view.UnmarshalView(raw); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(copied, view) || !reflect.DeepEqual(copied, in) {
+		t.Fatalf("Unmarshal %+v, UnmarshalView %+v, marshalled %+v", copied, view, in)
+	}
+	raw[bytes.Index(raw, []byte("value"))] = 'V'
+	if string(view.Value) != "Value" || string(copied.Value) != "value" {
+		t.Fatalf("after changing the input: view %q (want it to follow), copy %q (want it not to)", view.Value, copied.Value)
 	}
 }

@@ -2,6 +2,7 @@ package etcdfmt
 
 import (
 	"bufio"
+	"bytes"
 	"container/heap"
 	"context"
 	"encoding/binary"
@@ -16,7 +17,7 @@ const (
 	defaultSortMem = 64 << 20
 	// sortIndexOverhead is what one buffered row costs besides its encoded
 	// bytes: its sortItem.
-	sortIndexOverhead = 24
+	sortIndexOverhead = 32
 	// A merge reads each run through its own buffer; the buffers share
 	// the memory limit but never shrink below minRunBuf (tiny buffers make
 	// the merge one read call per row) nor grow beyond maxRunBuf (bigger
@@ -31,18 +32,26 @@ const (
 // to memLimit bytes of rows, sorts them, spills each full batch to a run
 // file in dir, and merges the runs.
 //
-// Rows are kept encoded in one buffer rather than as Entry values so that a
-// batch costs its bytes plus a small index entry and no allocation per row.
+// Rows are kept encoded in blocks of bytes rather than as Entry values so
+// that a batch costs its bytes plus a small index entry and no allocation
+// per row; blocks, unlike one growing buffer, are never copied, and serve
+// the next batch after a spill (issue 26: a doubling buffer was most of
+// what a snapshot allocated).
 // All runs go to a single spill file, each run a section of it, so a merge
 // needs one file descriptor however many runs there are.
+//
+// A Sorter made by NewKeySorter orders by key instead, and by revision
+// among the rows of one key.
 //
 // A Sorter is not safe for concurrent use.
 type Sorter struct {
 	dir      string
 	memLimit int
+	byKey    bool
 
-	buf   []byte     // encoded rows of the batch in memory
-	items []sortItem // their revisions and offsets in buf
+	blocks [][]byte   // encoded rows of the batch in memory; the last one is filled
+	used   int        // bytes of rows in blocks
+	items  []sortItem // their revisions and places in blocks
 
 	spill   *os.File
 	spillW  *bufio.Writer
@@ -53,10 +62,12 @@ type Sorter struct {
 	scratch []byte
 }
 
-// sortItem locates one encoded row of the in-memory batch.
+// sortItem locates one encoded row of the in-memory batch, and its key
+// (a key sorter compares keys without decoding rows).
 type sortItem struct {
-	rev Revision
-	off int
+	rev            Revision
+	block, off     uint32
+	keyOff, keyLen uint32
 }
 
 // NewSorter returns a Sorter that spills to dir ("" means os.TempDir()) and
@@ -71,6 +82,34 @@ func NewSorter(dir string, memLimit int) *Sorter {
 	return &Sorter{dir: dir, memLimit: memLimit}
 }
 
+// NewKeySorter is NewSorter for (key, revision) order. It does not reject
+// two rows with the same revision: sorted by key, they need not meet.
+func NewKeySorter(dir string, memLimit int) *Sorter {
+	s := NewSorter(dir, memLimit)
+	s.byKey = true
+	return s
+}
+
+// compare orders two rows by the sorter's order.
+func (s *Sorter) compare(aKey []byte, a Revision, bKey []byte, b Revision) int {
+	if s.byKey {
+		if c := bytes.Compare(aKey, bKey); c != 0 {
+			return c
+		}
+	}
+	switch {
+	case a.Less(b):
+		return -1
+	case b.Less(a):
+		return 1
+	}
+	return 0
+}
+
+func (s *Sorter) itemKey(it sortItem) []byte {
+	return s.blocks[it.block][it.keyOff : it.keyOff+it.keyLen]
+}
+
 // Len returns the number of rows added.
 func (s *Sorter) Len() int64 { return s.n }
 
@@ -79,46 +118,51 @@ func (s *Sorter) Add(e *Entry) error {
 	if s.sealed {
 		return errors.New("etcdfmt: sort: Add after Each")
 	}
-	s.scratch = appendSortRecord(s.scratch[:0], e)
+	var keyAt int
+	s.scratch, keyAt = appendSortRecord(s.scratch[:0], e)
 	rec := s.scratch
-	if len(s.items) > 0 && len(s.buf)+len(rec)+(len(s.items)+1)*sortIndexOverhead > s.memLimit {
+	if len(s.items) > 0 && s.used+len(rec)+(len(s.items)+1)*sortIndexOverhead > s.memLimit {
 		if err := s.spillBatch(); err != nil {
 			return err
 		}
 	}
-	s.grow(len(rec))
-	s.items = append(s.items, sortItem{rev: e.Rev, off: len(s.buf)})
-	s.buf = append(s.buf, rec...)
+	bi := s.room(len(rec))
+	b := s.blocks[bi]
+	off := len(b)
+	s.items = append(s.items, sortItem{rev: e.Rev, block: uint32(bi), off: uint32(off), keyOff: uint32(off + keyAt), keyLen: uint32(len(e.KV.Key))})
+	s.blocks[bi] = append(b, rec...)
+	s.used += len(rec)
 	s.n++
 	return nil
 }
 
-// grow makes room for n more bytes in buf without letting append double
-// the buffer far past the memory limit.
-func (s *Sorter) grow(n int) {
-	need := len(s.buf) + n
-	if need <= cap(s.buf) {
-		return
+// sortBlock is the size of the blocks rows are kept in; a larger row gets
+// a block of its own.
+const sortBlock = 1 << 20
+
+// room returns the index of a block with room for n more bytes: the last
+// one, or a new one after it (a block emptied by a spill is reused).
+func (s *Sorter) room(n int) int {
+	last := len(s.blocks) - 1
+	if last >= 0 && cap(s.blocks[last])-len(s.blocks[last]) >= n {
+		return last
 	}
-	c := max(2*cap(s.buf), need, 4<<10)
-	if c > s.memLimit {
-		c = max(s.memLimit, need)
+	if spare := len(s.blocks); spare < cap(s.blocks) {
+		if b := s.blocks[:spare+1][spare]; cap(b) >= n {
+			s.blocks = s.blocks[:spare+1]
+			return spare
+		}
 	}
-	nb := make([]byte, len(s.buf), c)
-	copy(nb, s.buf)
-	s.buf = nb
+	s.blocks = append(s.blocks, make([]byte, 0, max(n, min(sortBlock, s.memLimit))))
+	return len(s.blocks) - 1
 }
 
 func (s *Sorter) sortBatch() {
-	slices.SortFunc(s.items, func(a, b sortItem) int {
-		switch {
-		case a.rev.Less(b.rev):
-			return -1
-		case b.rev.Less(a.rev):
-			return 1
-		}
-		return 0
-	})
+	if !s.byKey {
+		slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(nil, a.rev, nil, b.rev) })
+		return
+	}
+	slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev) })
 }
 
 // spillBatch sorts the in-memory batch and appends it to the spill file as
@@ -142,18 +186,25 @@ func (s *Sorter) spillBatch() error {
 			return fmt.Errorf("etcdfmt: sort: write run: %w", err)
 		}
 	}
-	s.buf = s.buf[:0]
+	// The blocks stay allocated for the next batch, kept past the
+	// slice's length for room to find.
+	for i := range s.blocks {
+		s.blocks[i] = s.blocks[i][:0]
+	}
+	s.blocks, s.used = s.blocks[:0], 0
 	s.items = s.items[:0]
 	return nil
 }
 
 // record returns the encoded row it points at, length prefix included.
 func (s *Sorter) record(it sortItem) []byte {
-	n, w := binary.Uvarint(s.buf[it.off:])
-	return s.buf[it.off : it.off+w+int(n)]
+	b := s.blocks[it.block][it.off:]
+	n, w := binary.Uvarint(b)
+	return b[:w+int(n)]
 }
 
-// Each calls fn with every row in (Main, Sub) order. Call it after the last
+// Each calls fn with every row in (Main, Sub) order (in (Key, Main, Sub)
+// order for a key sorter). Call it after the last
 // Add; it may be called again, but Add may not. fn must not keep the entry
 // or its byte slices after it returns: they are reused for the next row.
 // Two rows with the same revision are an error: the input is corrupt.
@@ -177,12 +228,12 @@ func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 			its = append(its, &runIter{r: bufio.NewReaderSize(r, bufSize), name: s.spill.Name()})
 		}
 	}
-	return mergeRows(ctx, its, fn)
+	return mergeRows(ctx, s, its, fn)
 }
 
 // Close removes the spill file. It is safe to call more than once.
 func (s *Sorter) Close() error {
-	s.buf, s.items, s.runs = nil, nil, nil
+	s.blocks, s.items, s.runs = nil, nil, nil
 	if s.spill == nil {
 		return nil
 	}
@@ -255,48 +306,56 @@ func (r *runIter) next() (bool, error) {
 
 func (r *runIter) entry() *Entry { return &r.e }
 
-// iterHeap orders row iterators by their current row's revision.
-type iterHeap []rowIter
+// iterHeap orders row iterators by their current row, in the sorter's
+// order.
+type iterHeap struct {
+	s   *Sorter
+	its []rowIter
+}
 
-func (h iterHeap) Len() int           { return len(h) }
-func (h iterHeap) Less(i, j int) bool { return h[i].entry().Rev.Less(h[j].entry().Rev) }
-func (h iterHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *iterHeap) Push(x any)        { *h = append(*h, x.(rowIter)) }
+func (h *iterHeap) Len() int { return len(h.its) }
+func (h *iterHeap) Less(i, j int) bool {
+	a, b := h.its[i].entry(), h.its[j].entry()
+	return h.s.compare(a.KV.Key, a.Rev, b.KV.Key, b.Rev) < 0
+}
+func (h *iterHeap) Swap(i, j int) { h.its[i], h.its[j] = h.its[j], h.its[i] }
+func (h *iterHeap) Push(x any)    { h.its = append(h.its, x.(rowIter)) }
 func (h *iterHeap) Pop() any {
-	old := *h
+	old := h.its
 	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+	h.its = old[:len(old)-1]
 	return x
 }
 
 // mergeRows is a k-way merge of sorted iterators that also rejects
-// duplicate revisions, within one iterator or across several.
-func mergeRows(ctx context.Context, its []rowIter, fn func(*Entry) error) error {
-	h := make(iterHeap, 0, len(its))
+// duplicate revisions, within one iterator or across several, in
+// revision order.
+func mergeRows(ctx context.Context, s *Sorter, its []rowIter, fn func(*Entry) error) error {
+	h := &iterHeap{s: s, its: make([]rowIter, 0, len(its))}
 	for _, it := range its {
 		ok, err := it.next()
 		if err != nil {
 			return err
 		}
 		if ok {
-			h = append(h, it)
+			h.its = append(h.its, it)
 		}
 	}
-	heap.Init(&h)
+	heap.Init(h)
 	var (
 		prev    Revision
 		prevKey []byte
 		count   int
 	)
-	for len(h) > 0 {
+	for h.Len() > 0 {
 		if count%ctxCheckEvery == 0 {
 			if err := ctx.Err(); err != nil {
 				return fmt.Errorf("etcdfmt: sort: %w", err)
 			}
 		}
-		it := h[0]
+		it := h.its[0]
 		e := it.entry()
-		if count > 0 && e.Rev == prev {
+		if count > 0 && e.Rev == prev && !s.byKey {
 			return fmt.Errorf("etcdfmt: sort: revision %d/%d holds two rows, keys %q and %q", e.Rev.Main, e.Rev.Sub, prevKey, e.KV.Key)
 		}
 		count++
@@ -310,9 +369,9 @@ func mergeRows(ctx context.Context, its []rowIter, fn func(*Entry) error) error 
 			return err
 		}
 		if ok {
-			heap.Fix(&h, 0)
+			heap.Fix(h, 0)
 		} else {
-			heap.Pop(&h)
+			heap.Pop(h)
 		}
 	}
 	return nil
@@ -331,7 +390,9 @@ const (
 	flagLatest
 )
 
-func appendSortRecord(dst []byte, e *Entry) []byte {
+// appendSortRecord returns dst with e's record appended, and where in the
+// record the key starts.
+func appendSortRecord(dst []byte, e *Entry) ([]byte, int) {
 	var body [5*binary.MaxVarintLen64 + 1 + 2*binary.MaxVarintLen64]byte
 	b := body[:0]
 	b = binary.AppendUvarint(b, uint64(e.Rev.Main))
@@ -350,13 +411,15 @@ func appendSortRecord(dst []byte, e *Entry) []byte {
 	b = binary.AppendVarint(b, e.KV.Lease)
 	n := len(b) + uvarintLen(len(e.KV.Key)) + len(e.KV.Key) + uvarintLen(len(e.KV.Value)) + len(e.KV.Value) +
 		uvarintLen(len(e.KV.Unknown)) + len(e.KV.Unknown)
+	start := len(dst)
 	dst = binary.AppendUvarint(dst, uint64(n))
 	dst = append(dst, b...)
+	keyAt := len(dst) - start + uvarintLen(len(e.KV.Key))
 	for _, f := range [...][]byte{e.KV.Key, e.KV.Value, e.KV.Unknown} {
 		dst = binary.AppendUvarint(dst, uint64(len(f)))
 		dst = append(dst, f...)
 	}
-	return dst
+	return dst, keyAt
 }
 
 func uvarintLen(n int) int {

@@ -13,6 +13,9 @@
 //   - Partitions (optional): split points so the core can scan a large range
 //     in parallel.
 //
+// Optional interfaces add what only some engines can do: Sizer, Reclaimer,
+// BulkLoader (filling an empty store from sorted pairs, for restores).
+//
 // This package must not import any engine, gRPC or Kubernetes code: it is the
 // boundary that plugin SDKs and the wasm ABI mirror, so it stays small and
 // batch-shaped (no per-key callbacks cross it).

@@ -21,6 +21,12 @@ const (
 	txBytes = 4 << 20
 	// ctxCheckEvery is how many rows pass between context checks.
 	ctxCheckEvery = 1024
+	// initialMmapSize is the address space Write maps for the file from
+	// the start.
+	initialMmapSize = 1 << 30
+	// arenaBytes is the size of the writer's row arena: a transaction's
+	// rows and a little more, so one arena usually serves a transaction.
+	arenaBytes = txBytes + txBytes/8
 )
 
 // WriteOptions describes the snapshot Write makes besides its rows.
@@ -74,7 +80,11 @@ func Write(ctx context.Context, path string, opts WriteOptions, rows func(yield 
 	}
 	// bbolt syncs on every commit unless NoSync; one sync at the end is
 	// enough since a partial file is removed anyway.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true})
+	// A large initial mapping (address space, not memory) spares the
+	// remaps bbolt does as the file grows, each of which copies every
+	// node of the open transaction out of the old mapping: most of what
+	// a snapshot allocated (issue 26).
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, InitialMmapSize: initialMmapSize})
 	if err != nil {
 		_ = os.Remove(path)
 		return Info{}, fmt.Errorf("snapshot: write %s: %w", path, err)
@@ -162,6 +172,8 @@ type writer struct {
 	lastKey []byte
 	ib      *infoBuilder
 	err     error // first error add returned
+	// arena holds the current transaction's bucket keys and values.
+	arena []byte
 }
 
 func (w *writer) begin() error {
@@ -170,8 +182,28 @@ func (w *writer) begin() error {
 		return fmt.Errorf("begin: %w", err)
 	}
 	w.tx, w.pending = tx, 0
+	// The last transaction is committed: bbolt copied its rows into
+	// pages and holds no reference into the arena any more.
+	w.arena = w.arena[:0]
 	w.setKeys()
 	return nil
+}
+
+// cut encodes e's bucket key and value into the arena. A row that does
+// not fit starts a new, larger arena; the old one stays alive until the
+// transaction commits, through bbolt's references into it.
+func (w *writer) cut(e *etcdfmt.Entry) (k, v []byte) {
+	need := etcdfmt.RevBytesLen + 1 + e.KV.MarshalBound()
+	if cap(w.arena)-len(w.arena) < need {
+		// Doubling up to a transaction's worth: a small snapshot
+		// allocates little more than its rows.
+		w.arena = make([]byte, 0, max(min(2*cap(w.arena), arenaBytes), need, 64<<10))
+	}
+	start := len(w.arena)
+	w.arena = etcdfmt.AppendBucketKey(w.arena, e.Rev, e.Tombstone)
+	mid := len(w.arena)
+	w.arena = e.AppendBucketValue(w.arena)
+	return w.arena[start:mid:mid], w.arena[mid:len(w.arena):len(w.arena)]
 }
 
 // setKeys looks the key bucket up in the current transaction (it is nil
@@ -219,9 +251,9 @@ func (w *writer) put(e *etcdfmt.Entry) error {
 		return fmt.Errorf("row of key %q at revision %d/%d comes after revision %d/%d: rows must be in revision order",
 			e.KV.Key, e.Rev.Main, e.Rev.Sub, w.last.Main, w.last.Sub)
 	}
-	// bbolt keeps references to both slices until the commit; these are
-	// fresh allocations, never the caller's buffers.
-	k, v := e.BucketKey(), e.BucketValue()
+	// bbolt keeps references to both slices until the commit, so they
+	// are cut from the transaction's arena, never the caller's buffers.
+	k, v := w.cut(e)
 	if err := w.keys.Put(k, v); err != nil {
 		return fmt.Errorf("put revision %d/%d: %w", e.Rev.Main, e.Rev.Sub, err)
 	}

@@ -32,6 +32,13 @@
 // Forward scans read every version and apply the tombstone rules
 // themselves, so that they stop at their end instead of walking a run of
 // deleted keys behind it (iterator.go).
+//
+// # Bulk loading
+//
+// BulkLoad fills an empty store with badger's StreamWriter, table by table
+// into the bottom level; the load's marker waits in a file beside the
+// database until the load is synced (bulk.go). Meanwhile every other call
+// answers kv.ErrLoading.
 package badger
 
 import (
@@ -186,6 +193,10 @@ type Store struct {
 
 	reclaim reclaimer // reclaim.go
 
+	// load is the bulk load in progress (bulk.go), guarded by gate: set
+	// and cleared under the exclusive gate, read under the shared one.
+	load *bulkLoad
+
 	stats struct {
 		batches, groups, conflicts atomic.Uint64
 	}
@@ -259,6 +270,16 @@ func Open(opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("badger: open %q: %w", opts.Dir, err)
 	}
+	if !opts.InMemory {
+		discarded, err := recoverUnfinishedLoad(db, opts.Dir)
+		if err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+		if discarded {
+			logger.Warn("discarded the tables of a bulk load that did not finish; the store holds only its marker")
+		}
+	}
 	s := &Store{
 		db:             db,
 		log:            logger,
@@ -297,8 +318,8 @@ func (s *Store) Features() kv.Features {
 func (s *Store) Size() (int64, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return 0, kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return 0, err
 	}
 	if s.inMemory {
 		return 0, nil
@@ -344,8 +365,8 @@ func dataKey(key []byte) []byte {
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if len(key) == 0 || len(key) > MaxKeySize {
 		return nil, kv.ErrNotFound // no such key can have been stored
@@ -375,8 +396,8 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
 }
@@ -400,6 +421,9 @@ func (s *Store) Close() error {
 		return kv.ErrClosed
 	}
 	s.closed = true
+	// A load that did not finish stops here, its marker file in place
+	// (bulk.go).
+	s.cancelLoadLocked()
 	// No Commit holds the gate, so none is queued or waiting: closing the
 	// queue lets the committer finish its last group and exit.
 	s.queue.Close()

@@ -36,8 +36,8 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	if len(ops) == 0 {
 		return nil

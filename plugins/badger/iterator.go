@@ -16,8 +16,8 @@ import (
 func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	it := &iterator{
 		store:   s,
@@ -115,8 +115,8 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 	s := it.store
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

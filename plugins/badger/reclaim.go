@@ -281,8 +281,8 @@ func (s *Store) reclaim1(flush bool) error {
 func (s *Store) reclaimWith(ctx context.Context, flush bool) error {
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	s.reclaim.mu.Lock()
 	defer s.reclaim.mu.Unlock()
@@ -331,8 +331,8 @@ func (s *Store) gcValueLog(ctx context.Context) error {
 	}
 	s.gate.RLock()
 	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	for {
 		if err := ctx.Err(); err != nil {

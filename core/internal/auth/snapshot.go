@@ -61,9 +61,26 @@ func Export(ctx context.Context, store kv.Store) (*snapshot.Auth, error) {
 // permission type, an empty or reversed key range) is refused, naming it,
 // and nothing is written.
 func Import(ctx context.Context, store kv.Store, a *snapshot.Auth) error {
+	recs, err := ImportRecords(ctx, store, a)
+	if err != nil {
+		return err
+	}
+	ops := make([]kv.Op, len(recs))
+	for i, p := range recs {
+		ops[i] = kv.Put(p.Key, p.Value)
+	}
+	if err := store.Commit(ctx, ops); err != nil {
+		return fmt.Errorf("auth: import: commit: %w", err)
+	}
+	return nil
+}
+
+// ImportRecords returns the meta records Import writes, for an import that
+// loads them with the data (mvcc's bulk import).
+func ImportRecords(ctx context.Context, store kv.Store, a *snapshot.Auth) ([]kv.Pair, error) {
 	st, err := fromSnapshot(a)
 	if err != nil {
-		return fmt.Errorf("auth: import: %w", err)
+		return nil, fmt.Errorf("auth: import: %w", err)
 	}
 	// Members poll the generation; one past the replaced state's makes any
 	// that is running reload.
@@ -74,17 +91,14 @@ func Import(ctx context.Context, store kv.Store, a *snapshot.Auth) error {
 	case err == nil, errors.Is(err, kv.ErrNotFound):
 		st.Gen = 1
 	default:
-		return fmt.Errorf("auth: import: read the generation: %w", err)
+		return nil, fmt.Errorf("auth: import: read the generation: %w", err)
 	}
 	enc, err := st.encode()
 	if err != nil {
-		return fmt.Errorf("auth: import: encode: %w", err)
+		return nil, fmt.Errorf("auth: import: encode: %w", err)
 	}
 	gen := binary.BigEndian.AppendUint64(nil, st.Gen)
-	if err := store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(stateRecord), enc), kv.Put(coder.MetaKey(revRecord), gen)}); err != nil {
-		return fmt.Errorf("auth: import: commit: %w", err)
-	}
-	return nil
+	return []kv.Pair{{Key: coder.MetaKey(stateRecord), Value: enc}, {Key: coder.MetaKey(revRecord), Value: gen}}, nil
 }
 
 func fromSnapshot(a *snapshot.Auth) (*state, error) {

@@ -26,7 +26,9 @@ import (
 // Rows come key by key, each key's versions in revision order, not in
 // revision order overall (package etcdfmt's Sorter puts them in order). A
 // key's latest version at or below rev has Latest set when it is exported.
-// The fn's *Entry is reused after fn returns.
+// The fn's *Entry, and the buffer its key is in, are reused after fn
+// returns: fn copies what it keeps (every caller hands the row to a sorter,
+// which does).
 //
 // The read is consistent: it pins C, so physical compaction cannot remove
 // what it reads, and it reads the latest records before history, so a
@@ -217,12 +219,17 @@ func (x *exporter) superseded(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
+			// Most revisions change one key: counted, not decoded (a
+			// decode allocated for every revision of a snapshot).
+			if n, _, err := changeCount(p.Value); err != nil || n < 2 {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			cs, err := decodeChanges(p.Value)
 			if err != nil {
 				return err
-			}
-			if len(cs) < 2 {
-				continue
 			}
 			clear(last)
 			for i, c := range cs {
@@ -277,7 +284,10 @@ func (x *exporter) keys(ctx context.Context) error {
 		return err
 	}
 	defer hist.close()
-	var versions []version
+	var (
+		versions []version
+		keyBuf   []byte
+	)
 	for {
 		lk, lok, err := latest.peekKey(ctx)
 		if err != nil {
@@ -297,7 +307,9 @@ func (x *exporter) keys(ctx context.Context) error {
 		default:
 			key = hk
 		}
-		key = append([]byte(nil), key...)
+		// One buffer for every key: emit copies what it keeps.
+		keyBuf = append(keyBuf[:0], key...)
+		key = keyBuf
 		versions = versions[:0]
 		for {
 			k, ok, err := hist.peekKey(ctx)

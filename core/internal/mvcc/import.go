@@ -17,8 +17,9 @@ import (
 // etcd snapshot, a live etcd being migrated) in exactly the layout the
 // writer would have produced had it made those writes itself: latest
 // records, history, the change log, lease records and the lease index. Only
-// restore and migration use it; every ordinary write goes through the
-// writer.
+// migration uses it (a restore into an empty store takes the bulk import,
+// importbulk.go, which writes the same records); every ordinary write goes
+// through the writer.
 //
 // It accepts what the writer never produces: gaps between revisions and
 // sparse history at or below the compacted revision (an etcd backend after
@@ -34,7 +35,8 @@ import (
 // the last revision they complete, so an interrupted migration resumes from
 // a whole revision.
 
-// ErrNotEmpty is returned by NewImporter for a store that holds data.
+// ErrNotEmpty is returned by NewImporter and BulkImport for a store that
+// holds data.
 var ErrNotEmpty = errors.New("mvcc: the store is not empty")
 
 // ImportOptions configure an Importer.

@@ -148,18 +148,27 @@ func appendChanges(dst []byte, cs []change) []byte {
 	return dst
 }
 
-func decodeChanges(b []byte) ([]change, error) {
+// changeCount returns the number of changes a change-log record holds,
+// and where they start, without decoding them.
+func changeCount(b []byte) (int, []byte, error) {
 	if len(b) < 1 || b[0] != recordFormat {
-		return nil, fmt.Errorf("%w: change log format", errBadRecord)
+		return 0, nil, fmt.Errorf("%w: change log format", errBadRecord)
 	}
 	b = b[1:]
 	cnt, n := binary.Uvarint(b)
 	if n <= 0 || cnt > uint64(len(b)) {
-		return nil, fmt.Errorf("%w: change count", errBadRecord)
+		return 0, nil, fmt.Errorf("%w: change count", errBadRecord)
 	}
-	b = b[n:]
+	return int(cnt), b[n:], nil
+}
+
+func decodeChanges(b []byte) ([]change, error) {
+	cnt, b, err := changeCount(b)
+	if err != nil {
+		return nil, err
+	}
 	cs := make([]change, 0, cnt)
-	for i := uint64(0); i < cnt; i++ {
+	for i := range cnt {
 		if len(b) < 1 {
 			return nil, fmt.Errorf("%w: change %d truncated", errBadRecord, i)
 		}

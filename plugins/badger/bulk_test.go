@@ -1,0 +1,188 @@
+package badger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/engramkv/engram/core/kv"
+)
+
+var testMarker = kv.Pair{Key: []byte("m/import"), Value: []byte("unfinished")}
+
+func loadPairs(n int) []kv.Pair {
+	ps := make([]kv.Pair, n)
+	for i := range ps {
+		ps[i] = kv.Pair{Key: fmt.Appendf(nil, "k/%06d", i), Value: fmt.Appendf(nil, "v%d", i)}
+	}
+	return ps
+}
+
+// contents returns every pair of s.
+func contents(t *testing.T, s kv.Store) []kv.Pair {
+	t.Helper()
+	ctx := context.Background()
+	it, err := s.Scan(ctx, kv.ScanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	var all []kv.Pair
+	for {
+		b, err := it.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) == 0 {
+			return all
+		}
+		all = append(all, b...)
+	}
+}
+
+func wantOnlyMarker(t *testing.T, s kv.Store) {
+	t.Helper()
+	got := contents(t, s)
+	if len(got) != 1 || !bytes.Equal(got[0].Key, testMarker.Key) || !bytes.Equal(got[0].Value, testMarker.Value) {
+		t.Fatalf("store holds %d pairs %q, want the marker alone", len(got), got)
+	}
+}
+
+func TestBulkLoad(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	load, err := s.BulkLoad(ctx, testMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing else may touch the store meanwhile.
+	if _, err := s.Get(ctx, []byte("k/000001")); !errors.Is(err, kv.ErrLoading) {
+		t.Fatalf("Get during a load: %v, want ErrLoading", err)
+	}
+	if _, err := s.Scan(ctx, kv.ScanOptions{}); !errors.Is(err, kv.ErrLoading) {
+		t.Fatalf("Scan during a load: %v, want ErrLoading", err)
+	}
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("x"), nil)}); !errors.Is(err, kv.ErrLoading) {
+		t.Fatalf("Commit during a load: %v, want ErrLoading", err)
+	}
+	if _, err := s.BulkLoad(ctx, testMarker); !errors.Is(err, kv.ErrLoading) {
+		t.Fatalf("a second BulkLoad: %v, want ErrLoading", err)
+	}
+	pairs := loadPairs(3000)
+	if err := load.Add(ctx, pairs[:1000]); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Add(ctx, pairs[:1]); err == nil {
+		t.Fatal("Add accepted a key that sorts before the last one")
+	}
+	if err := load.Add(ctx, []kv.Pair{testMarker}); err == nil {
+		t.Fatal("Add accepted the marker's key")
+	}
+	if err := load.Add(ctx, pairs[1000:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := contents(t, s)
+	if len(got) != len(pairs) {
+		t.Fatalf("loaded store holds %d pairs, want %d", len(got), len(pairs))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i].Key, pairs[i].Key) || !bytes.Equal(got[i].Value, pairs[i].Value) {
+			t.Fatalf("pair %d is %q=%q, want %q=%q", i, got[i].Key, got[i].Value, pairs[i].Key, pairs[i].Value)
+		}
+	}
+	// Later commits see and shadow the loaded versions.
+	if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap(pairs[5].Key, pairs[5].Value, []byte("new")), kv.Delete(pairs[6].Key)}); err != nil {
+		t.Fatalf("commit over loaded keys: %v", err)
+	}
+	if v, err := s.Get(ctx, pairs[5].Key); err != nil || string(v) != "new" {
+		t.Fatalf("Get after the commit: %q, %v", v, err)
+	}
+	if _, err := s.Get(ctx, pairs[6].Key); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("Get of a deleted loaded key: %v", err)
+	}
+}
+
+func TestBulkLoadRefusesNonEmpty(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("keep"), []byte("me"))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.BulkLoad(ctx, testMarker); !errors.Is(err, kv.ErrNotEmpty) {
+		t.Fatalf("BulkLoad of a non-empty store: %v, want ErrNotEmpty", err)
+	}
+	if v, err := s.Get(ctx, []byte("keep")); err != nil || string(v) != "me" {
+		t.Fatalf("the refused load touched the store: %q, %v", v, err)
+	}
+}
+
+// TestBulkLoadInterrupted: a load that never finishes, closed or
+// crashed, leaves the marker alone, and the next load replaces it.
+func TestBulkLoadInterrupted(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := openDisk(t, dir)
+	load, err := s.BulkLoad(ctx, testMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Add(ctx, loadPairs(100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Finish(ctx); err == nil {
+		t.Fatal("Finish after Close succeeded")
+	}
+	s = openDisk(t, dir)
+	wantOnlyMarker(t, s)
+
+	// A crash after the tables were registered but before the marker
+	// file went: load fully, then put the file back as the crash would
+	// have left it.
+	load, err = s.BulkLoad(ctx, testMarker)
+	if err != nil {
+		t.Fatalf("BulkLoad over an unfinished load: %v", err)
+	}
+	if err := load.Add(ctx, loadPairs(100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(contents(t, s)); n != 100 {
+		t.Fatalf("loaded store holds %d pairs, want 100", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeLoadMarker(dir, testMarker); err != nil {
+		t.Fatal(err)
+	}
+	s = openDisk(t, dir)
+	defer s.Close()
+	wantOnlyMarker(t, s)
+
+	// Abort marks the store at once, without a restart.
+	load, err = s.BulkLoad(ctx, testMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Add(ctx, loadPairs(10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.Get(ctx, testMarker.Key); err != nil || !bytes.Equal(v, testMarker.Value) {
+		t.Fatalf("marker after Abort: %q, %v", v, err)
+	}
+}
