@@ -1,12 +1,15 @@
 // Package etcdapi implements the etcd v3 gRPC services (KV, Watch, Lease,
-// Maintenance, Cluster, and an Auth service that says what it does not do)
-// on top of the MVCC backend, the watch hub and the lessor.
+// Maintenance, Cluster and Auth) on top of the MVCC backend, the watch hub
+// and the lessor.
 //
 // It owns the wire contract: request validation with etcd's exact errors,
 // limits, the headers of top-level responses (those inside a Txn come from
 // mvcc, which executed it), RangeStream's chunking, and the watch stream's
-// IDs and progress requests (the hub frames events into responses). It
-// must not hold data or decide semantics that belong to mvcc or watch; it
+// IDs and progress requests (the hub frames events into responses). In
+// cluster mode it also decides where a request is served: here, forwarded
+// to the leader (role.go), or held until the node's next role when it met
+// a node between roles and certainly had no effect (reroute.go). It must
+// not hold data or decide semantics that belong to mvcc or watch; it
 // translates.
 package etcdapi
 
