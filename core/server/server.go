@@ -3,7 +3,10 @@
 // services.
 //
 // It owns the lifecycle of those parts: recovery on start, background loops,
-// graceful shutdown that acknowledges no write it has not made durable. It does
+// graceful shutdown that acknowledges no write it has not made durable; and
+// in cluster mode the node's roles as the election decides them, its link
+// to the leader (leaderlink.go) and the wake-ups that tell the other
+// members to look at the lease record now (wake.go). It does
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
 //
