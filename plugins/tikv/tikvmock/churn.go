@@ -73,7 +73,6 @@ type churn struct {
 	every  uint64
 	n      atomic.Uint64
 	stats  *ChurnStats
-	lag    uint64
 	pd     *pdLag // nil without PDLag
 
 	mu   sync.Mutex // one change at a time: each reads, then changes, regions
@@ -126,8 +125,7 @@ func (c *Cluster) churner(prefix []byte, opts ChurnOptions) (*churn, error) {
 	m := c.cluster.(mockScheduler) // Replicate checked it
 	ch := &churn{c: m, prefix: bytes.Clone(prefix), every: uint64(opts.Every), stats: stats, rng: rand.New(rand.NewPCG(1, uint64(opts.Every)))}
 	if opts.PDLag > 0 {
-		ch.lag = uint64(opts.PDLag)
-		ch.pd = &pdLag{ch: ch}
+		ch.pd = &pdLag{ch: ch, lag: uint64(opts.PDLag)}
 	}
 	return ch, nil
 }
@@ -229,7 +227,7 @@ func (ch *churn) step() {
 		}
 		for _, r := range regions {
 			_, l, _ := ch.c.GetRegionByKey(r.GetStartKey())
-			ch.pd.record(r, l, ch.lag)
+			ch.pd.record(r, l)
 		}
 	}
 	switch ch.turn % 3 {

@@ -31,6 +31,7 @@ import (
 // of fresh ones would overlap them, which PD's region tree never does.
 type pdLag struct {
 	ch    *churn
+	lag   uint64        // ChurnOptions.PDLag
 	clock atomic.Uint64 // requests to TiKV and lookups in PD so far
 
 	mu    sync.Mutex
@@ -48,9 +49,9 @@ type staleRegion struct {
 // tick counts one request to TiKV or one lookup in PD.
 func (l *pdLag) tick() uint64 { return l.clock.Add(1) }
 
-// record keeps r (with its leader) as PD's answer for the next lag
+// record keeps r (with its leader) as PD's answer for the next l.lag
 // requests. It is called with the region as it was just before a change.
-func (l *pdLag) record(r *metapb.Region, leader *metapb.Peer, lag uint64) {
+func (l *pdLag) record(r *metapb.Region, leader *metapb.Peer) {
 	now := l.clock.Load()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -63,7 +64,7 @@ func (l *pdLag) record(r *metapb.Region, leader *metapb.Peer, lag uint64) {
 	l.stale = append(live, staleRegion{
 		meta:   proto.Clone(r).(*metapb.Region),
 		leader: proto.Clone(leader).(*metapb.Peer),
-		until:  now + lag,
+		until:  now + l.lag,
 	})
 }
 
