@@ -97,6 +97,7 @@ func ok[R any](R) string { return "ok" }
 // defragmentation still served, Alarm and Status, and, once space is given
 // back, disarming and writing again.
 func TestDiffQuotaAlarm(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
 	p := newAlarmPair(t, ctx)

@@ -18,6 +18,7 @@ import (
 // (servertest.CheckSpace, which the wasm engines' tests run too), and after deleting, compacting and `defrag` (badger gives the space
 // back) `alarm disarm` clears it and `put` works again.
 func TestAlarmEtcdctlBadger(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()

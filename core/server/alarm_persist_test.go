@@ -16,6 +16,7 @@ import (
 // server is listed and still refuses writes after the server and the
 // engine are restarted, until it is disarmed.
 func TestAlarmSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	dir := t.TempDir()
@@ -65,6 +66,7 @@ func TestAlarmSurvivesRestart(t *testing.T) {
 // refuses, a new leader after a failover enforces it, and a follower's
 // disarm is forwarded to the leader.
 func TestClusterAlarm(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	c := startCluster(t, 3)

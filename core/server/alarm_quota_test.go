@@ -18,6 +18,7 @@ import (
 // engine for its size one by one: at most once per second of writing (the
 // quota's window), plus the first measure.
 func TestQuotaMeasuresOncePerWindow(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	store := &sizedStore{Store: memkv.New()}
@@ -43,6 +44,7 @@ func TestQuotaMeasuresOncePerWindow(t *testing.T) {
 // etcd_server_quota_backend_bytes with the quota, as the etcd mixin's
 // low-space alert reads it.
 func TestQuotaMetric(t *testing.T) {
+	t.Parallel()
 	const quota = 8 << 20
 	n := startMetricsNode(t, server.Options{Store: &sizedStore{Store: memkv.New()}, Name: "quota", QuotaBackendBytes: quota})
 	f, ok := scrape(t, n.url)["etcd_server_quota_backend_bytes"]

@@ -65,6 +65,7 @@ func must0(t *testing.T, what string, err error) {
 // a token naming a newer auth revision than the follower holds makes it
 // catch up rather than refuse.
 func TestAuthClusterJWT(t *testing.T) {
+	t.Parallel()
 	spec := jwtSpec(t)
 	shared := memkv.New()
 	var nodes []*servertest.Server
@@ -126,6 +127,7 @@ func TestAuthClusterJWT(t *testing.T) {
 // TestAuthRestartBadger: users, roles, grants and the enabled switch of a
 // badger-backed server survive a restart.
 func TestAuthRestartBadger(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	{
 		bs, err := badger.Open(badger.Options{Dir: dir})

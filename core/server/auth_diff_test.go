@@ -176,6 +176,7 @@ func authMgmtSteps() []authStep {
 // TestAuthManagementDiff runs the same management sequence against etcd
 // 3.6 and Engram and compares every answer, auth revisions included.
 func TestAuthManagementDiff(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	e := etcdtest.Start(t, etcdtest.Options{})
 	// bcrypt's cost changes no answer, only how long a -race run takes.

@@ -13,6 +13,7 @@ import (
 // prefix, auth enable, gets as root and as a restricted user (allowed and
 // refused), auth status and auth disable.
 func TestAuthEtcdctl(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	g := servertest.Start(t, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	steps := [][]string{

@@ -35,6 +35,7 @@ func sameErr(t *testing.T, what string, err, want error) {
 // the caller to the leader with a signed header. A client forging that
 // header, to the leader or the follower, is refused.
 func TestAuthForwardSimpleToken(t *testing.T) {
+	t.Parallel()
 	shared := memkv.New()
 	c := &cluster{t: t, names: []string{"node0", "node1"}}
 	for _, name := range c.names {

@@ -97,6 +97,7 @@ func startTLSMember(t *testing.T, ca *testCA, store kv.Store, name string) (*ser
 // certificate's CN writes through a follower, which dials the leader with
 // its own certificate; before, the leader named the follower's CN.
 func TestAuthForwardCertificate(t *testing.T) {
+	t.Parallel()
 	ca := newTestCA(t)
 	shared := memkv.New()
 	var srvs []*server.Server

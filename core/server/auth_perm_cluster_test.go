@@ -18,6 +18,7 @@ import (
 // checks before forwarding; the leader checks the token again). JWT
 // tokens, so the leader's tokens are good on the follower too.
 func TestAuthPermThroughFollower(t *testing.T) {
+	t.Parallel()
 	spec := jwtSpec(t)
 	shared := memkv.New()
 	c := &cluster{t: t}

@@ -15,6 +15,7 @@ import (
 // same users, roles and auth enable, and compares code and message of
 // each answer, and each watch create's response.
 func TestAuthPermDiff(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	// bcrypt's cost changes no answer, only how long a -race run takes.
 	g := servertest.Start(t, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})

@@ -144,6 +144,7 @@ func authPermAnswers(t *testing.T, ctx context.Context, conn *grpc.ClientConn, t
 // TestAuthPermEtcdOracle pins etcd 3.6's answers that the etcdapi walk
 // (authz.go, TestAuthorizeWalk) reproduces.
 func TestAuthPermEtcdOracle(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	ctx, conn := rawConn(t, e.Endpoint)
 	got := authPermAnswers(t, ctx, conn, authPermSetup(t, ctx, conn))
@@ -186,6 +187,7 @@ func watchCreateAnswer(t *testing.T, ctx context.Context, conn *grpc.ClientConn,
 }
 
 func TestAuthPermEtcdWatchOracle(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	ctx, conn := rawConn(t, e.Endpoint)
 	tokens := authPermSetup(t, ctx, conn)

@@ -119,6 +119,7 @@ func (c *cluster) client(idx ...int) *clientv3.Client {
 }
 
 func TestClusterFollowersReadAndForward(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	l := c.leader(-1)
 	f := (l + 1) % 3
@@ -202,6 +203,7 @@ func (a *acks) waitFor(ctx context.Context, t *testing.T, n int) {
 // resume, no acknowledged write is lost, revisions stay dense, and a watcher
 // that re-watches from its last revision sees every event exactly once.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 3)
 	first := c.leader(-1)
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
@@ -320,6 +322,7 @@ func TestClusterFailover(t *testing.T) {
 // TestClusterNoLeaderAnswer: a follower forwards while it knows the leader,
 // and answers "no leader" to requests that require one once it knows none.
 func TestClusterNoLeaderAnswer(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2)
 	l := c.leader(-1)
 	f := 1 - l

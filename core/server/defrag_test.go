@@ -96,6 +96,7 @@ func defragLine(out string) string {
 // before and after is logged, not asserted: what badger gives back, and
 // when, is its business.
 func TestDiffDefragment(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	e := etcdtest.Start(t, etcdtest.Options{})
 	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 10 * time.Second})
@@ -167,6 +168,7 @@ func TestDiffDefragment(t *testing.T) {
 // failed defrag, code Unknown with the error's text; a closed engine
 // answers etcd's "server stopped".
 func TestDefragmentEngineFailure(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fail error
 		code codes.Code
@@ -188,6 +190,7 @@ func TestDefragmentEngineFailure(t *testing.T) {
 // leader, which reclaims the shared store once; the follower's own store
 // handle is not asked to, since followers never write to the store.
 func TestClusterDefragmentOnFollower(t *testing.T) {
+	t.Parallel()
 	shared := memkv.New()
 	c := &cluster{t: t}
 	var stores []*reclaimCounter

@@ -94,6 +94,7 @@ func (p *pair) revision(t *testing.T, ctx context.Context) int64 {
 // a later read of the key finds no row and etcd exits. Engram keeps the
 // put (README, HashKV).
 func TestDiffHashKVDoubleChange(t *testing.T) {
+	t.Parallel()
 	p, ctx := newRestartablePair(t)
 	last, kinds := doubleChanges(t, ctx, p.pair)
 	for r := int64(1); r <= last; r++ {
@@ -197,6 +198,7 @@ func hashPair(names [2]string, cs [2]*clientv3.Client) *restartablePair {
 // restored into Engram each answer HashKV and Range at every revision as
 // the etcd that wrote the history does.
 func TestDiffSnapshotDoubleChange(t *testing.T) {
+	t.Parallel()
 	d := newDoubleChangeSetup(t)
 	ctx, ec, gc, p := d.ctx, d.ec, d.gc, d.p
 	last, kinds := doubleChanges(t, ctx, p.pair)
@@ -314,6 +316,7 @@ func bucketRows(t *testing.T, path string) []string {
 // watch it follows afterwards, and the migrated store answers HashKV, Range
 // and a replayed watch as etcd does.
 func TestDiffMigrateDoubleChange(t *testing.T) {
+	t.Parallel()
 	d := newDoubleChangeSetup(t)
 	ctx, e, ec, p := d.ctx, d.etcd, d.ec, d.p
 	_, kinds := doubleChanges(t, ctx, p.pair)

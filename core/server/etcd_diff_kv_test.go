@@ -104,6 +104,7 @@ func (p *pair) put(t *testing.T, ctx context.Context, key, value string) {
 // refuses negative revisions; once compacted at C it refuses C and below;
 // a revision above the current one is a future revision (item 9).
 func TestDiffCompactRevisions(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	for _, rev := range []int64{-5, -1, 2, 0, 0, -1, 1, 1, 0, 2} {
 		p.compact(t, ctx, rev)
@@ -121,6 +122,7 @@ func TestDiffCompactRevisions(t *testing.T) {
 // after one, and one compacted at 0 refuses it after one; HashKV's
 // compact_revision tells the two apart too.
 func TestDiffCompactAfterRestart(t *testing.T) {
+	t.Parallel()
 	p, ctx := newRestartablePair(t)
 	p.put(t, ctx, "a", "v")
 	p.hashKV(t, ctx, 2, "never compacted")
@@ -162,6 +164,7 @@ func showRange(r *pb.RangeResponse) string {
 // The range holds 40 keys, more than a sort of 12 does by insertion (which
 // is stable), with equal create, mod and version revisions and values.
 func TestDiffSortAndLimit(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	key := func(n int) string { return fmt.Sprintf("k%02d", n) }
 	putAll := func(from, to int) {
@@ -240,6 +243,7 @@ func (w watchPair) send(t *testing.T, req *pb.WatchRequest) {
 // confirmed, and requests after it are answered. Each dropped request is
 // followed by a request etcd answers, whose answer must come next.
 func TestDiffProgressBesideCompactedWatcher(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	for _, k := range []string{"a", "b", "c"} {
 		p.put(t, ctx, k, "v")
@@ -269,6 +273,7 @@ func TestDiffProgressBesideCompactedWatcher(t *testing.T) {
 // engines' encoding doubles them) and the limit; a watch is refused the way
 // etcd refuses a watch it cannot start, under watch ID -1.
 func TestKeyOverLimitMessage(t *testing.T) {
+	t.Parallel()
 	c := servertest.Start(t, servertest.Options{}).Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -330,6 +335,7 @@ func TestKeyOverLimitMessage(t *testing.T) {
 // is not synced until then), a watch from head+1 included; once a write
 // reaches the start, requests are answered again.
 func TestDiffProgressBesideFutureWatcher(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	p.put(t, ctx, "a", "v") // revision 2
 	w := p.watchStreams(t, ctx)

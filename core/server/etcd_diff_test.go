@@ -89,6 +89,7 @@ func showTxn(r *pb.TxnResponse) string {
 // unknown result holds; an unknown target compares nothing, so its result
 // decides alone. Both on a missing and on a present key.
 func TestDiffCompareUnknownTargetAndResult(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	same(t, p, "put", func(i int) (*pb.PutResponse, error) {
 		return p.kv[i].Put(ctx, &pb.PutRequest{Key: []byte("present"), Value: []byte("v")})
@@ -110,6 +111,7 @@ func TestDiffCompareUnknownTargetAndResult(t *testing.T) {
 // with InvalidArgument "etcdserver: key not found" (item 6), in either
 // branch and in a nested transaction.
 func TestDiffEmptyRequestOp(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	for name, txn := range map[string]*pb.TxnRequest{
 		"success": {Success: []*pb.RequestOp{{}}},
@@ -127,6 +129,7 @@ func TestDiffEmptyRequestOp(t *testing.T) {
 // attach to it, TimeToLive lists them, Leases lists it, a second grant of
 // the ID is refused and revoking it deletes its keys.
 func TestDiffNegativeLeaseID(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	const id = -42
 	same(t, p, "grant", func(i int) (*pb.LeaseGrantResponse, error) {
@@ -208,6 +211,7 @@ func createWatch(c *pb.WatchCreateRequest) *pb.WatchRequest {
 // created and canceled, and such a refusal takes no ID from the stream, so
 // the IDs of later watches agree too.
 func TestDiffWatchCreateRefusals(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	w := p.watchStreams(t, ctx)
 	for _, c := range []struct {
@@ -233,6 +237,7 @@ func TestDiffWatchCreateRefusals(t *testing.T) {
 // is created, then canceled with the compacted revision (item 17: etcd's
 // cancel carries header revision 0).
 func TestDiffWatchBelowCompaction(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	for n := range 4 {
 		same(t, p, "put", func(i int) (*pb.PutResponse, error) {
@@ -251,6 +256,7 @@ func TestDiffWatchBelowCompaction(t *testing.T) {
 // non-positive TTLs to its minimum) and its refusal above the maximum; each
 // granted lease is revoked at once, so none expires during the test.
 func TestDiffLeaseGrantTTLs(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	for n, ttl := range []int64{-5, 0, 1, 2, 3, 9000000000, 9000000001} {
 		id := int64(100 + n)

@@ -126,6 +126,7 @@ func (p *pair) everything(t *testing.T, ctx context.Context, what string, rev in
 // transaction, a put the one being written, a nested transaction's header
 // is empty; none carries the cluster's identity.
 func TestDiffTxnOpHeaders(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	p.ops(t, ctx, "seed", opPut("a", "1"), opPut("b", "1"))
 	p.ops(t, ctx, "delete nothing, put, nested, put",
@@ -144,6 +145,7 @@ func TestDiffTxnOpHeaders(t *testing.T) {
 // whether the revision is an old one or the one before the transaction; a
 // revision above that is a future one, the one being written included.
 func TestDiffTxnRangeAtRevision(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	for n := range 6 {
 		p.ops(t, ctx, "seed", opPut("foo", fmt.Sprint(n)), opPut(fmt.Sprint("k", n), "v"))
@@ -163,6 +165,7 @@ func TestDiffTxnRangeAtRevision(t *testing.T) {
 // transaction it accepts that writes a key twice applies its ops in order,
 // and the reads, the history and the watch events after it are etcd's.
 func TestDiffTxnDuplicateKeyRule(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	p.ops(t, ctx, "seed", opPut("foo", "0"), opPut("foo/bar", "0"), opPut("foo/baz", "0"), opPut("other", "0"))
 	w := p.watchStreams(t, ctx)
@@ -213,6 +216,7 @@ func showEvents(r *pb.WatchResponse) string {
 // TestDiffTxnNestedOpLimit: a nested transaction may be only as wide as
 // its parent's widest list left of the limit (item 4).
 func TestDiffTxnNestedOpLimit(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	ranges := func(n int) []*pb.RequestOp {
 		var o []*pb.RequestOp
@@ -241,6 +245,7 @@ func TestDiffTxnNestedOpLimit(t *testing.T) {
 // and -2 always; a plain Range takes every revision up to 0 as the current
 // one (item 7).
 func TestDiffTxnRangeRevisionBounds(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	revs := []int64{-2, -1, 0, 1, 3, 4, 5}
 	check := func(stage string) {
@@ -271,6 +276,7 @@ func TestDiffTxnRangeRevisionBounds(t *testing.T) {
 // unknown lease on a missing key gives (item 8): in a Txn etcd checks the
 // key first, in a Put request the lease first.
 func TestDiffPutCheckOrder(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	p.ops(t, ctx, "seed", opPut("present", "v"))
 	for _, key := range []string{"missing", "present"} {
@@ -299,6 +305,7 @@ func TestDiffPutCheckOrder(t *testing.T) {
 // does: every change in order with its value, and the prev_kv of the
 // version before the revision (the history Engram keeps on disk, item 3).
 func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
+	t.Parallel()
 	rp, ctx := newRestartablePair(t)
 	p := rp.pair
 	p.ops(t, ctx, "seed", opPut("foo", "0"), opPut("foo/bar", "0"), opPut("other/x", "0"))
@@ -318,6 +325,7 @@ func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
 // crashes applying it. Engram refuses it with etcd's "key not found" and
 // applies nothing.
 func TestTxnIgnoreValueAfterDeleteRefused(t *testing.T) {
+	t.Parallel()
 	kv := pb.NewKVClient(servertest.Start(t, servertest.Options{}).Client(t).ActiveConnection())
 	ctx := context.Background()
 	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("foo/a"), Value: []byte("v")}); err != nil {

@@ -60,6 +60,7 @@ func awaitRole(t *testing.T, what string, cond func() bool, nodes ...*metricsNod
 // the one it forwards to) has one, only the leader is leader, and a
 // failover is one more leader change seen by the member that stays.
 func TestEtcdMetricsCluster(t *testing.T) {
+	t.Parallel()
 	shared := memkv.New()
 	t.Cleanup(func() { _ = shared.Close() })
 	co := server.ClusterOptions{Enabled: true, LeaseDuration: testLease, RenewInterval: testLease / 4}

@@ -47,6 +47,7 @@ func leaseDay(t *testing.T, endpoint string) {
 // TestEtcdLeaseMetricsMatchEtcd runs the same lease requests on etcd 3.6
 // and Engram and compares etcd's lessor metrics value for value.
 func TestEtcdLeaseMetricsMatchEtcd(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	endpoint, url := metricsEngram(t)
 	leaseDay(t, e.Endpoint)

@@ -11,6 +11,7 @@ import (
 // served locally; anything else in either branch, a nested read-only Txn
 // included, is a proposal.
 func TestIsProposal(t *testing.T) {
+	t.Parallel()
 	rng := &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a")}}}
 	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("a")}}}
 	nestedRead := &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{rng}}}}

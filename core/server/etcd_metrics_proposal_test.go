@@ -20,6 +20,7 @@ import (
 // does; a write refused for its own sake and a read-only Txn are no
 // proposals that failed. It also checks the live lease count.
 func TestEtcdProposalMetrics(t *testing.T) {
+	t.Parallel()
 	mem := memkv.New()
 	t.Cleanup(func() { _ = mem.Close() })
 	st := kvfault.Wrap(mem)

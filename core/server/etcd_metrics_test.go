@@ -214,6 +214,7 @@ func labelNames(t *testing.T, f *dto.MetricFamily) []string {
 // label names, and carries what happened: a leader, its election, commits,
 // client traffic, the calls made by method and code.
 func TestEtcdMixinMetrics(t *testing.T) {
+	t.Parallel()
 	endpoint, url := metricsEngram(t)
 	exercise(t, endpoint)
 	fams := scrape(t, url)
@@ -284,6 +285,7 @@ func TestEtcdMixinMetrics(t *testing.T) {
 // after the same requests, and checks that each etcd metric Engram exports
 // is etcd's: same type, help, label names and histogram buckets.
 func TestEtcdMetricsMatchEtcd(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{Args: []string{"--metrics=extensive"}})
 	endpoint, url := metricsEngram(t)
 	exercise(t, e.Endpoint)

@@ -9,6 +9,7 @@ import (
 // TestMVCCTxnsOf pins the counting rule request by request: which MVCC
 // transactions etcd 3.6 runs and what each does.
 func TestMVCCTxnsOf(t *testing.T) {
+	t.Parallel()
 	put := func(p *pb.PutRequest) *pb.RequestOp {
 		return &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: p}}
 	}

@@ -93,6 +93,7 @@ func mvccDay(t *testing.T, endpoint string) {
 // TestEtcdMVCCMetricsMatchEtcd runs the same KV requests on etcd 3.6 and
 // Engram and compares how far etcd's MVCC counters moved on each.
 func TestEtcdMVCCMetricsMatchEtcd(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	endpoint, url := metricsEngram(t)
 	eurl := e.ClientURL + "/metrics"

@@ -22,6 +22,7 @@ import (
 // its revision, revisions must stay dense, and the watcher must see exactly
 // the stored changes, in order, once each.
 func TestUncertainAndFailingCommitsKeepWatchCorrect(t *testing.T) {
+	t.Parallel()
 	store := kvfault.Wrap(memkv.New())
 	srv := servertest.Start(t, servertest.Options{Store: store})
 	c := srv.Client(t)

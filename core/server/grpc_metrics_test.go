@@ -16,6 +16,7 @@ import (
 // InitializeMetrics), Engram's and an unregistered method's only once
 // moved.
 func TestMethodTableSeries(t *testing.T) {
+	t.Parallel()
 	g, rpc := newGRPCServerMetrics(), newRPCMetrics(nil)
 	tbl := &methodTable{grpc: g, rpc: rpc, admin: func(string) bool { return false }}
 	gs := grpc.NewServer()

@@ -14,6 +14,7 @@ import (
 )
 
 func TestRevisionsAndKeyValueFields(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	if r := must(c.Get(ctx, "x"))(t); r.Header.Revision != 1 {
 		t.Fatalf("fresh store at revision %d, want 1", r.Header.Revision)
@@ -61,6 +62,7 @@ func TestRevisionsAndKeyValueFields(t *testing.T) {
 }
 
 func TestRangeOptions(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	for i := range 10 {
 		must(c.Put(ctx, fmt.Sprintf("/r/%02d", i), fmt.Sprintf("v%d", 9-i)))(t)
@@ -116,6 +118,7 @@ func TestRangeOptions(t *testing.T) {
 }
 
 func TestErrorsMatchEtcd(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	must(c.Put(ctx, "a", "1"))(t)
 	must(c.Put(ctx, "a", "2"))(t)
@@ -168,6 +171,7 @@ func TestErrorsMatchEtcd(t *testing.T) {
 }
 
 func TestTxnCompareTargets(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	lease := must(c.Grant(ctx, 60))(t)
 	must(c.Put(ctx, "k", "v", clientv3.WithLease(lease.ID)))(t) // rev 2
@@ -217,6 +221,7 @@ func TestTxnCompareTargets(t *testing.T) {
 // TestKubernetesShapedOps issues the exact requests kube-apiserver sends
 // (bench/README.md, "kube-apiserver's requests": K6 create, K7 update, K8 delete, K9 compact).
 func TestKubernetesShapedOps(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	key := "/registry/pods/default/p"
 	create := func() *clientv3.TxnResponse {
@@ -266,6 +271,7 @@ func TestKubernetesShapedOps(t *testing.T) {
 // optimistic update loop on a few keys: every failed compare must come back
 // as Succeeded=false, never an error, and every success must land.
 func TestContendedUpdatesNeverError(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	const keys, workers, rounds = 4, 24, 40
 	for k := range keys {
@@ -321,6 +327,7 @@ func TestContendedUpdatesNeverError(t *testing.T) {
 // TestAcknowledgedWritesVisibleToNextList is the check KubeBrain failed: a
 // list issued right after acknowledged creates must contain all of them.
 func TestAcknowledgedWritesVisibleToNextList(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	const n = 400
 	var wg sync.WaitGroup

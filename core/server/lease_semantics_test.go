@@ -14,6 +14,7 @@ import (
 // lease expires exactly at its TTL, deleting its keys in one revision, and
 // keep-alives hold it however long they go on.
 func TestLeaseExpiryDeletesKeysWithEvents(t *testing.T) {
+	t.Parallel()
 	c, ctx, clk := setupClock(t)
 	g := must(c.Grant(ctx, 1))(t)
 	if g.TTL != 2 {

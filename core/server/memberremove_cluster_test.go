@@ -15,6 +15,7 @@ import (
 // every node; removing a running member is refused and an unknown one is
 // etcd's member-not-found.
 func TestClusterMemberRemove(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	c := startCluster(t, 3)
 	l := c.leader(-1)

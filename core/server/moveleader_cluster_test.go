@@ -33,6 +33,7 @@ const writesEachSide = 10
 // and the history (porcupine) shows no acknowledged write lost and every
 // read linearizable across the move.
 func TestClusterMoveLeader(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	c := startCluster(t, 3)
 	from := c.leader(-1)
@@ -134,6 +135,7 @@ func TestClusterMoveLeader(t *testing.T) {
 // TestClusterMoveLeaderRefusals: a follower answers etcd's not-leader, and
 // an unknown or stopped member is a bad transferee; the leader stays.
 func TestClusterMoveLeaderRefusals(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	c := startCluster(t, 3)
 	l := c.leader(-1)

@@ -12,6 +12,7 @@ import (
 // member itself succeeds, to an unknown member is a bad transferee;
 // removing the only member is refused, an unknown one is not found.
 func TestDiffMembershipLoneMember(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair(t)
 	var (
 		maint [2]pb.MaintenanceClient

@@ -13,6 +13,7 @@ import (
 // leader): after writes forwarded to the leader, the follower's stream
 // holds them all and equals the leader's Get at the stream's revision.
 func TestRangeStreamClusterFollower(t *testing.T) {
+	t.Parallel()
 	c := startCluster(t, 2)
 	l := c.leader(-1)
 	f := 1 - l

@@ -154,6 +154,7 @@ func prefixRange(prefix string) (key, end []byte) {
 // shrink), with limits, sort targets, keys_only, count_only, explicit
 // revisions and malformed requests.
 func TestDiffRangeStream(t *testing.T) {
+	t.Parallel()
 	p, ctx := newPair37(t, nil)
 	sizes := []int{0, 1, 10, 11, 25, 1000}
 	for _, n := range sizes {
@@ -279,6 +280,7 @@ func TestDiffRangeStream(t *testing.T) {
 // It runs on each engine (memkv and badger): reads at a past revision
 // resolve through each engine's history.
 func TestDiffRangeStreamPinnedAndCompacted(t *testing.T) {
+	t.Parallel()
 	for _, e := range rangeStreamEngines {
 		t.Run(e.name, func(t *testing.T) {
 			p, ctx := newPair37(t, e.open(t))
@@ -386,6 +388,7 @@ func diffPinnedAndCompacted(t *testing.T, p *pair, ctx context.Context) {
 // the server ran ahead (TestDiffRangeStreamPinnedAndCompacted makes that
 // likely with more data in flight).
 func TestRangeStreamClientV3(t *testing.T) {
+	t.Parallel()
 	for _, e := range rangeStreamEngines {
 		t.Run(e.name, func(t *testing.T) {
 			c := servertest.Start(t, servertest.Options{Store: e.open(t)}).Client(t)

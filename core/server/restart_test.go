@@ -16,6 +16,7 @@ import (
 // on the same store serves the same keys, revisions, leases and watch
 // history.
 func TestRestartKeepsDataRevisionsLeasesAndWatchHistory(t *testing.T) {
+	t.Parallel()
 	store := memkv.New()
 	var leaseID clientv3.LeaseID
 	{

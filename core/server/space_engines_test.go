@@ -21,6 +21,7 @@ import (
 // that the badger and TiKV tests do not cover: pebble (its files) and
 // memkv (the bytes it holds). The wasm engines run it in host/.
 func TestSpaceRoundOnNativeEngines(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	for _, e := range []struct {
 		name string

@@ -34,6 +34,7 @@ func openTiKVMock(t *testing.T, clock func() time.Time) *tikv.Store {
 // reuse of a measure has passed, and etcd_mvcc_db_total_size_in_bytes (and
 // _in_use_) report the same number.
 func TestTiKVSizeStatusAndMetrics(t *testing.T) {
+	t.Parallel()
 	clock := fakeclock.New(t, time.Unix(1_000_000, 0))
 	n := startMetricsNode(t, server.Options{Store: openTiKVMock(t, clock.Now), Name: "tikv"})
 	first := dbSize(t, n.endpoint)
@@ -83,6 +84,7 @@ func tickingClock() func() time.Time {
 // now); the operator raises the quota and restarts, the alarm is still
 // there until `alarm disarm`, and then `put` works again.
 func TestAlarmEtcdctlTiKV(t *testing.T) {
+	t.Parallel()
 	etcdtest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()

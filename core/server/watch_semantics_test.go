@@ -10,6 +10,7 @@ import (
 )
 
 func TestWatchSemantics(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	must(c.Put(ctx, "/w/a", "1"))(t) // 2
 	must(c.Put(ctx, "/w/b", "1"))(t) // 3
@@ -59,6 +60,7 @@ func TestWatchSemantics(t *testing.T) {
 }
 
 func TestWatchProgressAndCompaction(t *testing.T) {
+	t.Parallel()
 	c, ctx, clk := setupClock(t)
 	must(c.Put(ctx, "a", "1"))(t)
 	wctx := clientv3.WithRequireLeader(ctx)
@@ -102,6 +104,7 @@ func TestWatchProgressAndCompaction(t *testing.T) {
 // absent (kube-apiserver turns that into an error and relists), while the
 // next event has it.
 func TestWatchAtCompactedRevisionHasNoPrevKV(t *testing.T) {
+	t.Parallel()
 	c, ctx := setup(t)
 	must(c.Put(ctx, "k", "1"))(t) // 2
 	must(c.Put(ctx, "k", "2"))(t) // 3
