@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"sync"
 	"testing"
 
 	"github.com/engramkv/engram/internal/proctest"
@@ -28,32 +27,6 @@ func pluginPath(t testing.TB, name string) string {
 	}
 	t.Fatalf("neither %s nor %s exists: build them with `make plugins adaptors`", fixture, adaptor)
 	return ""
-}
-
-// sharedCache is one compilation cache directory for the whole test binary,
-// so each plugin is compiled once per run, as a server would.
-var (
-	cacheOnce sync.Once
-	cacheDir  string
-)
-
-func testCacheDir(t testing.TB) string {
-	cacheOnce.Do(func() {
-		d, err := os.MkdirTemp("", "engram-wasm-cache-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		cacheDir = d
-	})
-	return cacheDir
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if cacheDir != "" {
-		_ = os.RemoveAll(cacheDir)
-	}
-	os.Exit(code)
 }
 
 func testLogger(t testing.TB) *slog.Logger {
