@@ -42,10 +42,13 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 				r, err := cli.Txn(wctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", 0)).Then(clientv3.OpPut(key, "v")).Commit()
 				cancel()
 				if err != nil || !r.Succeeded {
-					// A retry pause, not a wait for an event: while there
-					// is no leader every write fails at once, and retrying
-					// without one would only spin.
-					time.Sleep(20 * time.Millisecond)
+					// A client's retry pause, not a wait for an event: a
+					// write that failed against a dead node's connection
+					// fails again at once until the client moves on.
+					select {
+					case <-loadCtx.Done():
+					case <-time.After(20 * time.Millisecond):
+					}
 					continue
 				}
 				mu.Lock()
@@ -75,10 +78,13 @@ func TestClusterOnPostgresSurvivesLeaderSIGKILL(t *testing.T) {
 				}
 			}
 			cancel()
-			// A retry pause: the watch ended because its node lost the
-			// leader (or died), and watching again before a new leader
-			// is elected would end the same way at once.
-			time.Sleep(50 * time.Millisecond)
+			// A client's retry pause: the watch ended because its node
+			// lost the leader (or died), and watching again before a new
+			// leader is elected would end the same way at once.
+			select {
+			case <-loadCtx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
 		}
 		seen <- revs
 	}()

@@ -62,19 +62,10 @@ func (m *member) start() {
 	if m.tune != nil {
 		m.tune(&opts)
 	}
-	var (
-		l   net.Listener
-		err error
-	)
-	for range 50 {
-		if l, err = net.Listen("tcp", m.addr); err == nil {
-			break
-		}
-		// The port was this member's before a kill, and the killed node's
-		// listener may still hold it for a moment; nothing signals its
-		// release, so listening is retried at a bounded pace.
-		time.Sleep(20 * time.Millisecond)
-	}
+	// A killed node's listener is closed before its kill returns (the
+	// gRPC server's Stop closes it and Serve has returned), so its address
+	// is free again.
+	l, err := net.Listen("tcp", m.addr)
 	if err != nil {
 		m.t.Fatalf("%s: listen: %v", m.name, err)
 	}

@@ -138,6 +138,13 @@ func (f *faults) processLeader(exclude int) int {
 	ctx, cancel := context.WithTimeout(f.run, time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
+		// The nodes hold a linearizable read until a leader serves it (a
+		// follower waits for the election rather than failing), so when
+		// it returns, the election has ended. Its error is not the
+		// test's: the Status round below decides.
+		rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _ = f.cli.Get(rctx, "/processLeader")
+		rcancel()
 		for i, ep := range f.eps {
 			if i == exclude {
 				continue
@@ -149,9 +156,6 @@ func (f *faults) processLeader(exclude int) int {
 				return i
 			}
 		}
-		// The election runs inside the engram processes and their Status
-		// is the only view a client has of it, so it is asked again.
-		time.Sleep(50 * time.Millisecond)
 	}
 	f.t.Errorf("no leader among the nodes (excluding %d): %v", exclude, ctx.Err())
 	return -1
