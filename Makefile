@@ -7,15 +7,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 # Extra flags for `make run`, e.g. make run ARGS='--storage.engine=memkv'.
 ARGS    ?=
 
-# Root-module packages tested with the race detector: everything but the
-# end-to-end suite, whose work happens in a separately built server process
-# (instrumenting the test driver would only slow it down), and the
-# linearizability runs, which pace 1,000 operations/s against real and
-# in-process servers and would only measure the detector's overhead (the
-# packages they drive have race-tested tests of their own).
-RACE_PKGS = $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability')
 
-.PHONY: build run test test-servers test-k8s soak bench bench-tools bench-quick bench-scale bench-churn bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools bench-sql
+.PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-churn bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools bench-sql
 
 # The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
 # Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
@@ -112,45 +105,65 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 	rmdir bin/.etcd-tools
 	touch $(ETCD_TOOLS)
 
-# tests/e2e builds and runs the real binary; go test's cache cannot see that
-# dependency, so -count=1 makes it run against the current sources every time.
-# tests/linearizability (issue 10) records concurrent clients' operations
-# and a watcher's events and checks them with porcupine against etcd's KV
-# semantics: one engram process on badger killed with SIGKILL, three over
-# PostgreSQL with the leader killed (skipped without PostgreSQL unless CI is
-# set), three each on its own node of a three-node MariaDB Galera cluster
-# with the Engram leader, the database under it, a paused database node and
-# the quorum taken away (about 50 s; skipped without MariaDB unless CI is
-# set), three in-process nodes over a shared memkv with kills, store
-# partitions and uncertain commits, and the same over client-go's mock
-# TiKV while its regions split, merge and change leaders, and three over
-# that mock served over gRPC by tikvserve (tikv.Open, as in production)
-# with the Engram leader killed, the whole fake restarted and a TiKV store
-# stopped (about 25 s); 20 s of load each, about 185 s in all.
-# It also builds the binary, hence -count=1.
-# tests/k8s is a separate module (it pulls in Kubernetes), tested last.
-# warmwasm compiles the database adaptors and the test plugins into the tests' shared wasm cache
-# first, uninstrumented: under the race detector wazero's compiler takes
-# about 80 s more per adaptor, and the compiled code is the same (its
-# package doc says why it is a test).
+# make test: the checks that need no server (vet, the ABI's golden vectors,
+# the SDKs), then every suite side by side. Most suites mostly wait (paced
+# clients, leases, fsyncs, databases, the Kubernetes suite's own timers):
+# one after the other they took 12-13 of make test's minutes on 2 cores
+# with the processors 40-70% idle, so they run as separate make targets,
+# four at a time (SUITE_JOBS), the longest first, each one's output printed
+# when it ends. The suites are compiled once before that (test-compile), so
+# four runs do not build the same packages at once.
+#
+# The suites (each a target of its own: `make suite-lin` runs one):
+# - suite-race: every root-module package under the race detector except
+#   the end-to-end, differential and linearizability suites, whose work
+#   happens in separately built servers or is paced against the clock. The
+#   slowest packages are named first: go test starts packages in the order
+#   given, three at a time (-p 3), and core/server's tests run six at a
+#   time (-parallel 6; they wait on elections, etcd and fsyncs).
+# - suite-lin: tests/linearizability records concurrent clients' operations
+#   and a watcher's events and checks them with porcupine against etcd's KV
+#   semantics: one engram process on badger killed with SIGKILL, three over
+#   PostgreSQL with the leader killed, three each on its own node of a
+#   three-node MariaDB Galera cluster (the Engram leader, the database under
+#   it, a paused database node and the quorum taken away), three in-process
+#   nodes over a shared memkv with kills, store partitions and uncertain
+#   commits, the same over client-go's mock TiKV while its regions split,
+#   merge and change leaders, and three over that mock served over gRPC by
+#   tikvserve with the leader killed, the whole fake restarted and a store
+#   stopped; 20 s of load each. PostgreSQL, MariaDB and Galera runs are
+#   skipped without them unless CI is set.
+# - suite-diff, suite-e2e: the differential test against etcd 3.6 and the
+#   end-to-end tests of the built binary. These and suite-lin build or run
+#   the real binary, which go test's cache cannot see: hence -count=1.
+# - k8s-suite: the Kubernetes module's own tests (tests/k8s is a module of
+#   its own: it pulls in Kubernetes). k8s-BACKEND: the Kubernetes storage
+#   suite's etcd3 package again with Engram on BACKEND: badger (the default
+#   engine, on disk), pebble, memkv.wasm, postgres.wasm and mysql.wasm over
+#   a throwaway PostgreSQL and MariaDB, mysql.wasm over a three-node Galera
+#   cluster, the TiKV adaptor over client-go's mock cluster, and badger
+#   stores migrated from a real etcd by core/migrate.
+# core/migrate's tests also migrate from kine (bin/kine, k3s's etcd shim) on
+# a throwaway PostgreSQL (internal/kinetest; skipped without them unless CI
+# is set).
+# warmwasm compiles the database adaptors and the test plugins into the
+# tests' shared wasm cache first, uninstrumented: under the race detector
+# wazero's compiler takes about 80 s more per adaptor, and the compiled code
+# is the same (its package doc says why it is a test).
 # abi/, sdk/, internal/btree/, testplugins/ and adaptors/ are modules of
 # their own (plugins link only them); the SDK and the B-tree, which the
 # memkv test plugin links, are also vetted for wasip1, the target plugins
 # build for. The C and Rust SDKs decode and re-encode abi/testdata's golden
 # vectors in their own tests, and their example adaptors must pass the same
 # conformance suite as every engine (`engram plugin verify`).
-# The Kubernetes suite's etcd3 package runs again with Engram on badger (the
-# default engine, on disk), on pebble (the other embedded engine, on disk), on
-# memkv.wasm, on postgres.wasm and mysql.wasm
-# over a throwaway PostgreSQL and MariaDB (internal/pgtest and
-# internal/mysqltest; skipped without them unless CI is set), on mysql.wasm
-# over a three-node Galera cluster (about 50 s),
-# on the TiKV adaptor over client-go's mock cluster, and on badger stores
-# migrated from a real etcd by core/migrate (tests/k8s/internal/backend/
-# migrated.go; about 30 s).
-# core/migrate's tests also migrate from kine (bin/kine, k3s's etcd shim) on
-# a throwaway PostgreSQL (internal/kinetest; skipped without them unless CI
-# is set).
+SUITE_JOBS   ?= 4
+RACE_FIRST    = ./core/server ./host ./plugins/tikv ./core/migrate ./core/backup ./internal/mysqltest
+RACE_PKGS     = $(RACE_FIRST) $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability' -e '/tests/etcddiff' \
+	$(foreach p,$(RACE_FIRST),-e 'engram/$(p:./%=%)$$'))
+K8S_BACKENDS  = wasm-galera migrated tikv badger pebble wasm-memkv wasm-postgres wasm-mysql
+SUITES        = suite-race suite-lin k8s-suite $(addprefix k8s-,$(K8S_BACKENDS)) suite-diff suite-e2e
+.PHONY: test-compile $(SUITES)
+
 test: build etcd-tools bin/kine
 	$(GO) vet ./...
 	cd abi && $(GO) vet ./... && $(GO) test ./...
@@ -160,34 +173,31 @@ test: build etcd-tools bin/kine
 	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
 	cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
 	ENGRAM_WARM_WASM="$(CURDIR)/bin/postgres.wasm $(CURDIR)/bin/mysql.wasm $(CURDIR)/testplugins/bin/memkv.wasm $(CURDIR)/testplugins/bin/faulty.wasm" $(GO) test -count=1 -v -run '^TestWarm$$' ./internal/proctest/warmwasm/
-	$(GO) test -race $(RACE_PKGS)
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-servers test-k8s
+	$(MAKE) --no-print-directory test-compile
+	$(MAKE) --no-print-directory -j$(SUITE_JOBS) --output-sync=target $(SUITES)
 
-# The two groups of suites that run servers and databases, side by side:
-# they mostly wait (paced clients, leases, fsyncs, the databases). One
-# after the other they took about 9 of make test's 13 minutes on 2 cores
-# (user and system time: 40% of the two); side by side, 5.7 minutes, the
-# Kubernetes group's own length, with the linearizability runs as long as
-# alone (134 against 132 s). Each group's output is printed when it ends.
-# The Kubernetes suite's migrated run sits in the servers group to even
-# the two out (measured on 2 cores: about 4.6 minutes for the servers group
-# with it, 4.8 for the Kubernetes one; with the TiKV run too the servers
-# group became the longer by 45 s).
-test-servers:
-	$(GO) test -count=1 ./tests/etcddiff/...
-	$(GO) test -count=1 ./tests/e2e/...
+# Compiles the suites that share packages (the Kubernetes runs share all
+# of theirs) without running a test, so that side by side they do not
+# compile the same code at once. suite-race's instrumented build is its own.
+test-compile:
+	$(GO) test -run '^$$' ./tests/... >/dev/null
+	cd tests/k8s && $(GO) test -run '^$$' ./... >/dev/null
+
+suite-race:
+	$(GO) test -race -p 3 -parallel 6 $(RACE_PKGS)
+suite-lin:
 	$(GO) test -count=1 ./tests/linearizability/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=migrated $(GO) test -count=1 ./etcd3/...
-
-test-k8s:
+suite-diff:
+	$(GO) test -count=1 ./tests/etcddiff/...
+suite-e2e:
+	$(GO) test -count=1 ./tests/e2e/...
+k8s-suite:
 	cd tests/k8s && $(GO) test ./...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=badger $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=pebble $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-memkv ENGRAM_K8S_WASM=$(CURDIR)/testplugins/bin/memkv.wasm $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-postgres ENGRAM_K8S_WASM=$(CURDIR)/bin/postgres.wasm $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-mysql ENGRAM_K8S_WASM=$(CURDIR)/bin/mysql.wasm $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=wasm-galera ENGRAM_K8S_WASM=$(CURDIR)/bin/mysql.wasm $(GO) test -count=1 ./etcd3/...
-	cd tests/k8s && ENGRAM_K8S_BACKEND=tikv $(GO) test -count=1 ./etcd3/...
+k8s-wasm-memkv: K8S_WASM = $(CURDIR)/testplugins/bin/memkv.wasm
+k8s-wasm-postgres: K8S_WASM = $(CURDIR)/bin/postgres.wasm
+k8s-wasm-mysql k8s-wasm-galera: K8S_WASM = $(CURDIR)/bin/mysql.wasm
+$(addprefix k8s-,$(K8S_BACKENDS)):
+	cd tests/k8s && ENGRAM_K8S_BACKEND=$(@:k8s-%=%) $(if $(K8S_WASM),ENGRAM_K8S_WASM=$(K8S_WASM)) $(GO) test -count=1 ./etcd3/...
 
 # The migration's follow phase is measured at 3,000 writes/s on a real
 # etcd for 20 s (core/migrate TestFollowRate; ENGRAM_MIGRATE_RATE and
