@@ -11,7 +11,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/internal/etcdapi"
+	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
@@ -233,5 +235,63 @@ func TestClusterMemberUpdateAndRemove(t *testing.T) {
 	rm, err = fc.MemberRemove(ctx, gid)
 	if err != nil || memberOf(rm.Members, gid) != nil || len(rm.Members) != 2 {
 		t.Fatalf("removing the stopped member: %+v %v", rm, err)
+	}
+}
+
+// TestClusterMemberClaim: a voting member added for a URL is claimed by
+// the node that starts there, which can then lead; its member/ record
+// keeps the format v0.9.0 nodes read. A learner whose promotion's wake-up
+// was lost reads its record again before it refuses a request.
+func TestClusterMemberClaim(t *testing.T) {
+	c, l, f, ctx := startFollowed(t)
+	fc := c.client(f)
+	ln, url := listen(t)
+	add, err := fc.MemberAdd(ctx, []string{url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := add.Member.ID
+	voter := c.join("voter", ln)
+	c.following(voter, l)
+	st, err := fc.Status(ctx, c.nodes[voter].Endpoint)
+	if err != nil || st.Header.MemberId != id || st.IsLearner {
+		t.Fatalf("the added voting member's status: %+v %v, want member %x", st, err, id)
+	}
+	raw, err := c.shared.Get(ctx, coder.MetaKey("member/voter"))
+	if err != nil || string(raw) != url {
+		t.Fatalf("member/voter holds %q (%v), want its client URL as v0.9.0 wrote it", raw, err)
+	}
+	if _, err := c.client(l).MoveLeader(ctx, id); err != nil {
+		t.Fatalf("moving leadership to the added member: %v", err)
+	}
+	c.await("the added member leading", c.nodes[voter].IsLeader)
+
+	ln, url = listen(t)
+	add, err = fc.MemberAddAsLearner(ctx, []string{url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	learner := c.join("learner", ln)
+	c.following(learner, voter)
+	lc := c.client(learner)
+	_, err = lc.Put(ctx, "k", "v")
+	wantErr(t, "a write on the learner", err, rpctypes.ErrGRPCNotSupportedForLearner)
+	// A promotion whose wake-up never arrived: the record changes, nothing
+	// tells the node.
+	key := coder.MetaKey("memberattr/learner")
+	cur, err := c.shared.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promoted := strings.Replace(string(cur), `"learner":true`, "", 1)
+	promoted = strings.Replace(promoted, ",}", "}", 1)
+	if promoted == string(cur) {
+		t.Fatalf("unexpected record %s", cur)
+	}
+	if err := c.shared.Commit(ctx, []kv.Op{kv.CompareAndSwap(key, cur, []byte(promoted))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("a write on the learner promoted behind its back: %v", err)
 	}
 }
