@@ -35,7 +35,7 @@ type pair struct {
 
 func newPair(t *testing.T) (*pair, context.Context) {
 	t.Helper()
-	ec := startEtcd(t)
+	ec, _ := startEtcd(t)
 	gc := servertest.Start(t, servertest.Options{}).Client(t)
 	// A hang guard, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -51,8 +51,8 @@ func newPair(t *testing.T) (*pair, context.Context) {
 }
 
 // startEtcd starts a one-member etcd 3.6 (or skips t as etcdtest.Require
-// does) and returns a client of it.
-func startEtcd(t *testing.T) *clientv3.Client {
+// does) and returns a client of it and its endpoint.
+func startEtcd(t *testing.T) (*clientv3.Client, string) {
 	t.Helper()
 	etcdtest.Require(t)
 	e := etcdtest.Start(t, etcdtest.Options{})
@@ -61,7 +61,7 @@ func startEtcd(t *testing.T) *clientv3.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ec.Close() })
-	return ec
+	return ec, e.Endpoint
 }
 
 // same calls call on both servers and fails t unless both answered alike:

@@ -32,7 +32,7 @@ func showMembers(members []*pb.Member) string {
 // one-member etcd 3.6, refusals included (the learner never starts, so it
 // stays unstarted on both).
 func TestDiffMemberChanges(t *testing.T) {
-	ec := startEtcd(t)
+	ec, _ := startEtcd(t)
 	node := servertest.Start(t, servertest.Options{Name: "lone", Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4}})
 	c := &cluster{t: t, nodes: []*servertest.Server{node}, names: []string{"lone"}}
 	c.leader(-1)
