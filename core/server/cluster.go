@@ -4,21 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"strings"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/internal/election"
 	"github.com/engramkv/engram/core/internal/etcdapi"
 	"github.com/engramkv/engram/core/internal/mvcc"
-	"github.com/engramkv/engram/core/kv"
 )
 
 // A clustered node starts as a follower: it serves reads from a read-only
@@ -28,8 +24,6 @@ import (
 // the watch history a new leader serves comes from the durable change log,
 // so clients that re-watch from their last revision lose no event
 // (DESIGN.md, "Cluster roles and forwarding").
-
-const memberPrefix = "member/"
 
 func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Options) error {
 	opts := s.opts
@@ -57,11 +51,14 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 	apiOpts.OnLeaderWait = s.rpc.leaderWaits.Inc
 	apiOpts.Members = s.members
 	apiOpts.Membership = membership{s}
+	apiOpts.MemberID = s.selfID
+	apiOpts.IsLearner = s.learner.Load
 	s.api = etcdapi.New(*apiOpts)
 	s.elector, err = election.New(election.Options{
 		Store:         opts.Store,
 		ID:            opts.Name,
-		URL:           opts.AdvertiseClientURLs[0],
+		URL:           s.currentPeerURL(),
+		Candidate:     s.mayCampaign,
 		LeaseDuration: opts.Cluster.LeaseDuration,
 		RenewInterval: opts.Cluster.RenewInterval,
 		Logger:        s.log.With("component", "election"),
@@ -82,42 +79,6 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 	return nil
 }
 
-// register records this member so MemberList on any node lists it.
-func (s *Server) register(ctx context.Context) error {
-	v := []byte(strings.Join(s.opts.AdvertiseClientURLs, ","))
-	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(memberPrefix+s.opts.Name), v)}); err != nil {
-		return fmt.Errorf("server: register member %q: %w", s.opts.Name, err)
-	}
-	return nil
-}
-
-// members lists the registered members.
-func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
-	prefix := coder.MetaKey(memberPrefix)
-	it, err := s.opts.Store.Scan(ctx, kv.ScanOptions{Start: prefix, End: coder.SpaceEnd(coder.SpaceMeta)})
-	if err != nil {
-		return nil, fmt.Errorf("%w: list members: %w", mvcc.ErrUnavailable, err)
-	}
-	defer it.Close()
-	var out []*pb.Member
-	for {
-		batch, err := it.Next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%w: list members: %w", mvcc.ErrUnavailable, err)
-		}
-		if len(batch) == 0 {
-			return out, nil
-		}
-		for _, p := range batch {
-			if !strings.HasPrefix(string(p.Key), string(prefix)) {
-				return out, nil
-			}
-			name := strings.TrimPrefix(string(p.Key), string(prefix))
-			out = append(out, &pb.Member{ID: etcdapi.MemberID(name), Name: name, ClientURLs: strings.Split(string(p.Value), ",")})
-		}
-	}
-}
-
 func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 	start := time.Now()
 	ls, err := s.startLeader(ctx, s.elector.Fence, s.opts.Registerer)
@@ -132,7 +93,7 @@ func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 	if old != nil {
 		old.stop()
 	}
-	s.api.SetRole(ls.role(etcdapi.MemberID(s.opts.Name)))
+	s.api.SetRole(ls.role(s.selfID))
 	s.publishRole(publishedRole{leading: true, leader: s.opts.Name})
 	s.log.Info("serving as leader", "term", term, "revision", ls.backend.Rev(), "recovery", time.Since(start))
 	// The others find this leader now rather than at their next round
@@ -167,7 +128,13 @@ func (s *Server) followLeader(r election.Record, ok bool) {
 		return // becomeLeader sets the role
 	}
 	var link *leaderLink
+	var leaderID uint64
 	if ok {
+		// The leader's ID is in its member record; this runs in the
+		// election loop, so the read is bounded by half a lease.
+		ctx, cancel := context.WithTimeout(context.Background(), s.leaderWait/4)
+		leaderID = s.idOf(ctx, r.Holder)
+		cancel()
 		var err error
 		if link, err = s.dialLeader(r.URL); err != nil {
 			s.log.Error("cannot reach the leader", "leader", r.Holder, "url", r.URL, "err", err)
@@ -181,7 +148,7 @@ func (s *Server) followLeader(r election.Record, ok bool) {
 	if !leading {
 		role := &etcdapi.Role{Backend: s.reader}
 		if link != nil {
-			role.Leader, role.LeaderID = link.conn, etcdapi.MemberID(r.Holder)
+			role.Leader, role.LeaderID = link.conn, leaderID
 		}
 		s.api.SetRole(role)
 		s.log.Info("following", "leader", r.Holder, "term", r.Term, "known", ok)

@@ -32,6 +32,7 @@ const hangGuard = time.Minute
 
 type cluster struct {
 	t      *testing.T
+	shared *memkv.Store
 	nodes  []*servertest.Server
 	names  []string
 	stores []*kvfault.Store
@@ -41,7 +42,7 @@ type cluster struct {
 // the store through its own fault wrapper so a test can partition it.
 func startCluster(t *testing.T, n int) *cluster {
 	shared := memkv.New()
-	c := &cluster{t: t}
+	c := &cluster{t: t, shared: shared}
 	for i := range n {
 		st := kvfault.Wrap(shared)
 		name := fmt.Sprintf("node%d", i)

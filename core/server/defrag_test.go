@@ -97,13 +97,7 @@ func defragLine(out string) string {
 // when, is its business.
 func TestDiffDefragment(t *testing.T) {
 	t.Parallel()
-	etcdtest.Require(t)
-	e := etcdtest.Start(t, etcdtest.Options{})
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ec.Close() })
+	ec, etcdEndpoint := startEtcd(t)
 	dir := t.TempDir()
 	// No background reclamation: the one measured is Defragment's.
 	bs, err := badger.Open(badger.Options{Dir: dir, GCInterval: -1})
@@ -137,7 +131,7 @@ func TestDiffDefragment(t *testing.T) {
 	}
 
 	var lines [2]string
-	for i, ep := range []string{e.Endpoint, srv.Endpoint} {
+	for i, ep := range []string{etcdEndpoint, srv.Endpoint} {
 		out, err := etcdtest.Etcdctl(t, "--endpoints="+ep, "defrag")
 		if err != nil {
 			t.Fatalf("%s: etcdctl defrag: %v", p.names[i], err)

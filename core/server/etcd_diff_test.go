@@ -35,13 +35,7 @@ type pair struct {
 
 func newPair(t *testing.T) (*pair, context.Context) {
 	t.Helper()
-	etcdtest.Require(t)
-	e := etcdtest.Start(t, etcdtest.Options{})
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ec.Close() })
+	ec, _ := startEtcd(t)
 	gc := servertest.Start(t, servertest.Options{}).Client(t)
 	// A hang guard, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -54,6 +48,20 @@ func newPair(t *testing.T) (*pair, context.Context) {
 		p.conn[i] = c.ActiveConnection()
 	}
 	return p, ctx
+}
+
+// startEtcd starts a one-member etcd 3.6 (or skips t as etcdtest.Require
+// does) and returns a client of it and its endpoint.
+func startEtcd(t *testing.T) (*clientv3.Client, string) {
+	t.Helper()
+	etcdtest.Require(t)
+	e := etcdtest.Start(t, etcdtest.Options{})
+	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{e.Endpoint}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ec.Close() })
+	return ec, e.Endpoint
 }
 
 // same calls call on both servers and fails t unless both answered alike:

@@ -41,7 +41,8 @@ func newRPCMetrics(reg prometheus.Registerer) *rpcMetrics {
 //
 // Each kind of call has one interceptor doing all of it, in the order a
 // chain of one interceptor per concern had: etcd's gRPC metrics and
-// Engram's see every call, refused ones included; the leader check, then
+// Engram's see every call, refused ones included; the learner check (a
+// learner refuses what etcd's does, learner.go), the leader check, then
 // the root-only check of admin calls; proposals are counted only once
 // those let the request through, as etcd counts only proposals made; the
 // MVCC and lease counters move for answered requests. gRPC's chain costs
@@ -62,7 +63,7 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	m := s.methods.get(info.FullMethod, "unary")
 	m.started.Inc()
 	m.received.Inc()
-	resp, err := s.unaryChecked(ctx, req, m, handler)
+	resp, err := s.unaryChecked(ctx, info.FullMethod, req, m, handler)
 	m.sent.Inc()
 	elapsed := time.Since(start).Seconds()
 	m.handledBy(grpcCode(err)).Inc()
@@ -72,9 +73,12 @@ func (s *Server) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo,
 	return resp, err
 }
 
-// unaryChecked runs the leader and admin checks, then the handler, and
-// counts what etcd counts of the request.
-func (s *Server) unaryChecked(ctx context.Context, req any, m *methodMetrics, handler grpc.UnaryHandler) (any, error) {
+// unaryChecked runs the learner, leader and admin checks, then the
+// handler, and counts what etcd counts of the request.
+func (s *Server) unaryChecked(ctx context.Context, method string, req any, m *methodMetrics, handler grpc.UnaryHandler) (any, error) {
+	if err := s.checkLearner(ctx, method, req); err != nil {
+		return nil, err
+	}
 	if err := s.checkLeader(ctx); err != nil {
 		return nil, err
 	}
@@ -120,6 +124,9 @@ func (s *Server) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerIn
 }
 
 func (s *Server) streamChecked(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, m *methodMetrics, handler grpc.StreamHandler) error {
+	if err := s.checkLearner(ss.Context(), info.FullMethod, nil); err != nil {
+		return err
+	}
 	if err := s.checkLeader(ss.Context()); err != nil {
 		return err
 	}

@@ -21,14 +21,14 @@ import (
 // server error's text with codes.Unknown (etcdserver/errors.ErrTimeoutLeaderTransfer).
 var errTimeoutLeaderTransfer = status.Error(codes.Unknown, "etcdserver: request timed out, leader transfer took too long")
 
-// membership carries out MoveLeader and MemberRemove for the etcd API on
-// the leader (etcdapi answers followers itself).
+// membership carries out MoveLeader and the member changes for the etcd API
+// on the leader (etcdapi forwards followers' requests to it).
 type membership struct{ s *Server }
 
 var _ etcdapi.Membership = membership{}
 
 // MoveLeader hands leadership to a registered member that answers. The
-// liveness check is a Status call to the target's advertised URL: it costs
+// liveness check is a Status call to the target's peer URL: it costs
 // nothing while no one moves leadership (a heartbeat in every member record
 // would be a store write per member per interval) and asks exactly what the
 // hand-off needs, that the target's process runs and serves. A target that
@@ -36,11 +36,14 @@ var _ etcdapi.Membership = membership{}
 // within one lease (package election, "Hand-off").
 func (m membership) MoveLeader(ctx context.Context, target uint64) error {
 	s := m.s
-	member, err := m.find(ctx, target)
-	if err != nil {
+	member, _, err := m.findIn(ctx, target)
+	switch {
+	case errors.Is(err, rpctypes.ErrGRPCMemberNotFound):
+		return rpctypes.ErrGRPCBadLeaderTransferee
+	case err != nil:
 		return err
-	}
-	if member == nil {
+	case member.IsLearner || member.Name == "":
+		// etcd moves leadership only to a started voting member.
 		return rpctypes.ErrGRPCBadLeaderTransferee
 	}
 	if member.Name != s.opts.Name {
@@ -60,7 +63,7 @@ func (m membership) MoveLeader(ctx context.Context, target uint64) error {
 	s.log.Info("move-leader: handing leadership off", "target", member.Name)
 	// The target looks at the record at once instead of at its next round
 	// (wake.go); writes wait meanwhile.
-	written := func() { go s.wakePeer(ctx, member.Name, member.ClientURLs[0]) }
+	written := func() { go s.wakePeer(ctx, member.Name, member.PeerURLs[0]) }
 	if member.Name == s.opts.Name {
 		written = nil
 	}
@@ -78,27 +81,13 @@ func (m membership) MoveLeader(ctx context.Context, target uint64) error {
 	}
 }
 
-// find returns the registered member with id, or nil.
-func (m membership) find(ctx context.Context, id uint64) (*pb.Member, error) {
-	members, err := m.s.members(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, mb := range members {
-		if mb.ID == id {
-			return mb, nil
-		}
-	}
-	return nil, nil
-}
-
-// probe asks the member's own server for its Status and checks that the
-// process answering is that member.
+// probe asks the member's own server, at its peer URL, for its Status and
+// checks that the process answering is that member.
 func (m membership) probe(ctx context.Context, member *pb.Member) error {
-	if len(member.ClientURLs) == 0 {
-		return errors.New("no client URL registered")
+	if len(member.PeerURLs) == 0 {
+		return errors.New("no peer URL registered")
 	}
-	conn, err := m.s.dial(member.ClientURLs[0])
+	conn, err := m.s.dial(member.PeerURLs[0])
 	if err != nil {
 		return err
 	}

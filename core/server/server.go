@@ -5,8 +5,10 @@
 // It owns the lifecycle of those parts: recovery on start, background loops,
 // graceful shutdown that acknowledges no write it has not made durable; and
 // in cluster mode the node's roles as the election decides them, its link
-// to the leader (leaderlink.go) and the wake-ups that tell the other
-// members to look at the lease record now (wake.go). It does
+// to the leader (leaderlink.go), the wake-ups that tell the other
+// members to look at the lease record now (wake.go), the member records
+// (members.go) with the changes etcdctl's member commands make on the
+// leader, and a learner's limits (learner.go). It does
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
 //
@@ -92,7 +94,9 @@ type Options struct {
 	// must be unique and stable: it is the node's identity in the election.
 	Name string
 	// AdvertiseClientURLs are reported in MemberList; in a cluster the first
-	// one is where followers forward to this node when it leads.
+	// one is where the other members reach this node (followers forward
+	// there while it leads) unless its member record names peer URLs
+	// (etcdctl member add or update; members.go).
 	AdvertiseClientURLs []string
 
 	// Cluster runs several nodes over one shared store.
@@ -165,9 +169,19 @@ type Server struct {
 	// LeaderWait) and the wait for calls on a replaced leader link.
 	leaderWait time.Duration
 
+	// In a cluster, this member's ID, and whether it is a learner now
+	// (members.go).
+	selfID  uint64
+	learner atomic.Bool
+	// memberMu serializes the member changes this node makes as leader,
+	// so that each checks the members as the one before left them.
+	memberMu sync.Mutex
+
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
 	conn   *leaderLink  // to the leader, while following
+	// peerURL is where the other members reach this node (members.go).
+	peerURL string
 
 	// roleMu guards the role as published once in effect (see RoleChanged).
 	roleMu      sync.Mutex

@@ -14,14 +14,19 @@ import (
 // later, and requests wait for them meanwhile (etcdapi's reroute.go). So
 // the node that changed it asks them to look now: a tiny gRPC service on
 // the client port whose only call wakes the election loop (election's
-// Wake). It carries no information and changes nothing but the timing of
-// one read, so it needs no authentication; wakes coalesce.
+// Wake). The leader also wakes a member whose record it changed (a
+// promotion, a new peer URL): the woken node reads its own member record
+// again before its election round (refreshSelf). The call carries no
+// information and changes nothing but the timing of those reads, so it
+// needs no authentication; wakes coalesce.
 
 // wakeMethod is the service's one call.
 const wakeMethod = "/engram.cluster.v1.Election/Wake"
 
 // electionWaker is what the service's handler needs of the server.
-type electionWaker interface{ wakeElection() }
+type electionWaker interface {
+	wakeElection(ctx context.Context)
+}
 
 var wakeService = grpc.ServiceDesc{
 	ServiceName: "engram.cluster.v1.Election",
@@ -34,7 +39,7 @@ var wakeService = grpc.ServiceDesc{
 				return nil, err
 			}
 			wake := func(context.Context, any) (any, error) {
-				srv.(electionWaker).wakeElection()
+				srv.(electionWaker).wakeElection(ctx)
 				return &emptypb.Empty{}, nil
 			}
 			if intercept == nil {
@@ -45,8 +50,9 @@ var wakeService = grpc.ServiceDesc{
 	}},
 }
 
-func (s *Server) wakeElection() {
+func (s *Server) wakeElection(ctx context.Context) {
 	if s.elector != nil {
+		s.refreshSelf(ctx)
 		s.elector.Wake()
 	}
 }
@@ -75,10 +81,10 @@ func (s *Server) wakePeers(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	for _, m := range members {
-		if m.Name == s.opts.Name || len(m.ClientURLs) == 0 {
-			continue
+		if m.Name == s.opts.Name || m.Name == "" {
+			continue // this node, or one not started yet
 		}
-		wg.Go(func() { s.wakePeer(ctx, m.Name, m.ClientURLs[0]) })
+		wg.Go(func() { s.wakePeer(ctx, m.Name, m.PeerURLs[0]) })
 	}
 	wg.Wait()
 }

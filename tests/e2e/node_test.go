@@ -40,6 +40,10 @@ type nodeOptions struct {
 	unixSocket string
 	// args are extra flags, after the harness's own (so they win).
 	args []string
+	// clientPort, when set, is the TCP client port instead of a free one
+	// picked at start: a test that must name the node's URL before it
+	// starts (etcdctl member add) picks it first.
+	clientPort int
 	// env are extra environment variables (KEY=VALUE).
 	env []string
 }
@@ -95,7 +99,10 @@ func startNode(t *testing.T, opts nodeOptions) *node {
 }
 
 func (n *node) pickPorts() {
-	n.clientPort = freePort(n.t)
+	n.clientPort = n.opts.clientPort
+	if n.clientPort == 0 {
+		n.clientPort = freePort(n.t)
+	}
 	n.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(n.t))
 	switch {
 	case n.opts.unixSocket != "":

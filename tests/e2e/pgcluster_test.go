@@ -26,6 +26,8 @@ type pgCluster struct {
 	cli   *clientv3.Client
 	// ids are the nodes' member IDs, as their Status reports them.
 	ids []uint64
+	// storage are the flags every node gets besides its name.
+	storage []string
 }
 
 // startPostgresCluster starts n nodes named prefix-0, prefix-1, ... over
@@ -38,19 +40,18 @@ func startPostgresCluster(ctx context.Context, t *testing.T, prefix, table strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &pgCluster{t: t}
+	c := &pgCluster{t: t, storage: []string{
+		"--storage.engine=wasm",
+		"--storage.wasm.file=" + plugin,
+		"--storage.wasm.config=url=" + pg.URL("") + " table=" + table,
+		"--storage.wasm.allowed-addresses=" + pg.Addr,
+		"--storage.wasm.cache-dir=" + cache,
+		"--cluster.enabled=true",
+		fmt.Sprintf("--cluster.lease-duration=%s", clusterLease),
+		fmt.Sprintf("--cluster.renew-interval=%s", clusterLease/4),
+	}}
 	for i := range n {
-		nd := startNode(t, nodeOptions{args: []string{
-			fmt.Sprintf("--name=%s-%d", prefix, i),
-			"--storage.engine=wasm",
-			"--storage.wasm.file=" + plugin,
-			"--storage.wasm.config=url=" + pg.URL("") + " table=" + table,
-			"--storage.wasm.allowed-addresses=" + pg.Addr,
-			"--storage.wasm.cache-dir=" + cache,
-			"--cluster.enabled=true",
-			fmt.Sprintf("--cluster.lease-duration=%s", clusterLease),
-			fmt.Sprintf("--cluster.renew-interval=%s", clusterLease/4),
-		}})
+		nd := c.newNode(fmt.Sprintf("%s-%d", prefix, i), 0)
 		c.nodes = append(c.nodes, nd)
 		c.eps = append(c.eps, nd.endpoint)
 	}
@@ -67,6 +68,12 @@ func startPostgresCluster(ctx context.Context, t *testing.T, prefix, table strin
 		c.ids = append(c.ids, st.Header.MemberId)
 	}
 	return c
+}
+
+// newNode starts a node of the cluster called name, on client port port (0:
+// any), without adding it to c.nodes.
+func (c *pgCluster) newNode(name string, port int) *node {
+	return startNode(c.t, nodeOptions{clientPort: port, args: append([]string{"--name=" + name}, c.storage...)})
 }
 
 // leaders returns each node's view of the leader's member ID (0: none, or

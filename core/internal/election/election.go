@@ -67,6 +67,18 @@
 // and it is that holder. A restarted node does not take over at once a
 // record naming it with a hand-off (the rule below): it waits like the others.
 //
+// # Learners and moved URLs
+//
+// A node whose Options.Candidate says no (an etcd learner) runs the same
+// rounds but never claims: where a candidate would claim, it reports no
+// leader and keeps following the record, so it follows a new leader at
+// once. Candidate is asked only then, so the server may read the store in
+// it (a learner promoted meanwhile claims at that round). A node never
+// counts itself leader without its own takeover, so the invariant does
+// not depend on Candidate. SetURL changes the URL the node's next takeover
+// or renewal writes; a follower counts a record whose URL changed as a
+// change of leader, so it forwards to the new URL.
+//
 // A node that starts with the same ID as the recorded holder (the same
 // process name on the same store) takes over at once with a new term: the
 // previous holder was itself. IDs must therefore be unique among live nodes.
@@ -201,8 +213,14 @@ type Options struct {
 	// ID identifies this node; it must be unique among the nodes sharing
 	// the store and stable across its restarts.
 	ID string
-	// URL is this node's advertised client URL.
+	// URL is where the other nodes reach this node (its peer URL) and so
+	// where followers forward while it leads; SetURL changes it.
 	URL string
+	// Candidate, if set, is asked before each claim whether this node may
+	// lead; false makes it a follower that never campaigns (an etcd
+	// learner), whatever the record says. nil: always a candidate. It is
+	// called only when the node would claim, so it may read the store.
+	Candidate func(ctx context.Context) bool
 	// LeaseDuration is how long a leader stays leader without renewing,
 	// and how long a candidate waits on an unchanged record.
 	LeaseDuration time.Duration
@@ -252,6 +270,8 @@ type Elector struct {
 	handoff *handoffReq
 	// changed is closed and replaced whenever the known leader changes.
 	changed chan struct{}
+	// url is this node's peer URL now (Options.URL, then SetURL).
+	url string
 
 	// wake ends the loop's wait early (a hand-off asked for); wakeLoop
 	// sends on it. (The election's tests wrap wakeLoop so that their fake
@@ -302,9 +322,29 @@ func New(opts Options) (*Elector, error) {
 	if opts.Clock == nil {
 		opts.Clock = clock.Real
 	}
-	e := &Elector{opts: opts, log: opts.Logger, clock: opts.Clock, changed: make(chan struct{}), wake: make(chan struct{}, 1)}
+	e := &Elector{opts: opts, log: opts.Logger, clock: opts.Clock, changed: make(chan struct{}), wake: make(chan struct{}, 1), url: opts.URL}
 	e.wakeLoop = e.signalWake
 	return e, nil
+}
+
+// SetURL changes the URL this node's records name: its next takeover or
+// renewal writes it, so followers forward there from then on.
+func (e *Elector) SetURL(url string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.url = url
+}
+
+// currentURL is the URL the next record this node writes names.
+func (e *Elector) currentURL() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.url
+}
+
+// candidate reports whether this node may claim now.
+func (e *Elector) candidate(ctx context.Context) bool {
+	return e.opts.Candidate == nil || e.opts.Candidate(ctx)
 }
 
 // Leader returns the leader this node knows of.
@@ -343,7 +383,7 @@ func (e *Elector) takeOver(ctx context.Context, cur []byte, old Record) (int64, 
 		}
 	}
 	term := lastTerm + 1
-	rec := Record{Holder: e.opts.ID, URL: e.opts.URL, Term: term}
+	rec := Record{Holder: e.opts.ID, URL: e.currentURL(), Term: term}
 	ops := make([]kv.Op, 0, 2)
 	if cur == nil {
 		ops = append(ops, kv.PutIfAbsent(coder.MetaKey(leaseName), rec.encode()))

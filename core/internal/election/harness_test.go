@@ -59,6 +59,8 @@ type node struct {
 	e     *Elector
 	clock *fakeclock.Loop
 	lease time.Duration // 0: testLease
+	// candidate is the elector's Options.Candidate; nil: always.
+	candidate func(context.Context) bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -96,6 +98,7 @@ func (c *cluster) startWith(id string, store kv.Store, prepare func(*node)) *nod
 		RenewInterval: testRenew,
 		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Clock:         n.clock,
+		Candidate:     n.candidate,
 	})
 	if err != nil {
 		c.t.Fatal(err)

@@ -128,19 +128,36 @@ func (l *loop) follow(ctx context.Context) state {
 		}
 		return stateWait
 	}
-	switch {
-	case l.cur == nil, l.bad, l.rec.Holder == l.e.opts.ID && l.rec.Handoff == "":
-		// No leader, or our own previous incarnation.
-		return stateClaim
-	case l.rec.Handoff == l.e.opts.ID:
-		// The holder stepped down and handed leadership to us.
-		return stateClaim
-	case bytes.Equal(l.cur, l.seen) && !l.observedAt.IsZero() && l.since(l.observedAt) >= l.e.opts.LeaseDuration:
-		// The holder has not renewed for a whole lease.
+	if !l.claimable() {
+		l.observe()
+		return stateWait
+	}
+	if l.e.candidate(ctx) {
 		return stateClaim
 	}
-	l.observe()
+	// A learner: no one leads that it may follow, and it does not
+	// campaign. It keeps timing the record as a candidate would, so a new
+	// leader's record is followed at once.
+	if !bytes.Equal(l.cur, l.seen) {
+		l.seen, l.observedAt = l.cur, l.clock.Now()
+	}
+	l.setLeader(Record{}, false)
 	return stateWait
+}
+
+// claimable reports whether the record this round read may be claimed: no
+// leader, our own previous incarnation, a hand-off to us, or a holder that
+// has not renewed for a whole lease.
+func (l *loop) claimable() bool {
+	switch {
+	case l.cur == nil, l.bad, l.rec.Holder == l.e.opts.ID && l.rec.Handoff == "":
+		return true
+	case l.rec.Handoff == l.e.opts.ID:
+		return true
+	case bytes.Equal(l.cur, l.seen) && !l.observedAt.IsZero() && l.since(l.observedAt) >= l.e.opts.LeaseDuration:
+		return true
+	}
+	return false
 }
 
 // observe follows the record this round read, timing it from now if it
@@ -189,7 +206,7 @@ func (l *loop) lead(ctx context.Context, term int64) {
 	l.e.mu.Lock()
 	l.e.leading, l.e.term, l.e.renewedAt = true, term, l.start
 	l.e.mu.Unlock()
-	l.setLeader(Record{Holder: l.e.opts.ID, URL: l.e.opts.URL, Term: term}, true)
+	l.setLeader(Record{Holder: l.e.opts.ID, URL: l.e.currentURL(), Term: term}, true)
 	l.e.log.Info("elected leader", "term", term)
 	if l.cb.Elected != nil {
 		if err := l.cb.Elected(lctx, term); err != nil {
@@ -225,6 +242,9 @@ func (l *loop) renew(ctx context.Context) state {
 	}
 	next := l.rec
 	next.Renewals++
+	// A changed peer URL (SetURL) goes out with the renewal: followers
+	// see a changed record and forward to the new URL.
+	next.URL = l.e.currentURL()
 	ops := []kv.Op{kv.CompareAndSwap(coder.MetaKey(leaseName), l.cur, next.encode()), FenceOp(l.term)}
 	_, err := bounded(ctx, l.clock, l.deadline(), func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, l.e.opts.Store.Commit(ctx, ops)
@@ -333,7 +353,9 @@ func (l *loop) stepDown(why string) {
 func (l *loop) setLeader(r Record, ok bool) {
 	e := l.e
 	e.mu.Lock()
-	changed := ok != e.known || r.Holder != e.leader.Holder || r.Term != e.leader.Term
+	// A renewal that moved the leader's URL (SetURL) is a change too:
+	// followers must forward to the new URL.
+	changed := ok != e.known || r.Holder != e.leader.Holder || r.Term != e.leader.Term || r.URL != e.leader.URL
 	e.leader, e.known = r, ok
 	if changed {
 		close(e.changed)

@@ -5,17 +5,29 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/types"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
-// Membership carries out the member changes of cluster mode; the server
-// implements it over the election and the member records. Its errors are
-// answered as they are (the implementation returns etcd's gRPC errors).
+// Membership carries out the member changes of cluster mode on the leader;
+// the server implements it over the election and the member records. Its
+// errors are answered as they are (the implementation returns etcd's gRPC
+// errors).
 type Membership interface {
 	// MoveLeader hands leadership from this node, the leader, to target
 	// and returns once target leads.
 	MoveLeader(ctx context.Context, target uint64) error
+	// AddMember records a member that has not started yet, reached at
+	// peerURLs, and returns it and the members.
+	AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error)
+	// UpdateMember changes the peer URLs of member id and returns the
+	// members.
+	UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error)
+	// PromoteMember makes the learner id a voting member and returns the
+	// members.
+	PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error)
 	// RemoveMember forgets the member id and returns the members left.
 	RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, error)
 }
@@ -45,8 +57,28 @@ func (s *Services) self() *pb.Member {
 	return &pb.Member{ID: s.memberID, Name: s.name, ClientURLs: s.urls}
 }
 
-func (c *clusterServer) MemberAdd(context.Context, *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	return nil, unimplemented("member changes are not supported: Engram members share one storage engine and need no membership")
+// errNeedsCluster answers member changes that only a cluster can make.
+func errNeedsCluster(what string) error {
+	return unimplemented(what + " needs cluster mode (--cluster.enabled): a single node shares its store with no other member")
+}
+
+// MemberAdd records a member that will join: the node that starts with one
+// of its peer URLs as advertised client URL takes its ID (members.go in
+// package server). Only an admin may (authz_admin.go).
+func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	if err := checkPeerURLs(r.PeerURLs); err != nil {
+		return nil, err
+	}
+	if c.s.membership == nil {
+		return nil, errNeedsCluster("member add")
+	}
+	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberAdd, func(role *Role) (*pb.MemberAddResponse, error) {
+		added, members, err := c.s.membership.AddMember(ctx, r.PeerURLs, r.IsLearner)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		return &pb.MemberAddResponse{Header: c.s.header(role.Backend.Rev()), Member: added, Members: members}, nil
+	})
 }
 
 // MemberRemove forgets a member (only an admin may: authz_admin.go); a
@@ -60,26 +92,79 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 		}
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
-	role := c.s.current()
+	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberRemove, func(role *Role) (*pb.MemberRemoveResponse, error) {
+		members, err := c.s.membership.RemoveMember(ctx, r.ID)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		return &pb.MemberRemoveResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+	})
+}
+
+// MemberUpdate changes where the other members reach a member (where
+// followers forward while it leads). etcd does not check the URLs here;
+// Engram does, as MemberAdd does, since a bad one would break forwarding.
+func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	if err := checkPeerURLs(r.PeerURLs); err != nil {
+		return nil, err
+	}
+	if c.s.membership == nil {
+		if r.ID != c.s.memberID {
+			return nil, rpctypes.ErrGRPCMemberNotFound
+		}
+		return nil, errNeedsCluster("member update")
+	}
+	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberUpdate, func(role *Role) (*pb.MemberUpdateResponse, error) {
+		members, err := c.s.membership.UpdateMember(ctx, r.ID, r.PeerURLs)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		return &pb.MemberUpdateResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+	})
+}
+
+// MemberPromote makes a running learner a voting member; it campaigns in
+// the election from then on.
+func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	if c.s.membership == nil {
+		// A single node is a voting member.
+		if r.ID == c.s.memberID {
+			return nil, rpctypes.ErrGRPCMemberNotLearner
+		}
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberPromote, func(role *Role) (*pb.MemberPromoteResponse, error) {
+		members, err := c.s.membership.PromoteMember(ctx, r.ID)
+		if err != nil {
+			return nil, toGRPC(err)
+		}
+		return &pb.MemberPromoteResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+	})
+}
+
+// onLeader runs a member change on the leader: the leader runs local, a
+// follower forwards the request, and one that knows no leader answers
+// etcd's "no leader".
+func onLeader[Req, Resp any](ctx context.Context, s *Services, r Req, forward func(pb.ClusterClient, context.Context, Req, ...grpc.CallOption) (Resp, error), local func(*Role) (Resp, error)) (Resp, error) {
+	role := s.current()
 	if !role.leading() {
 		if role.Leader == nil {
-			return nil, rpctypes.ErrGRPCNoLeader
+			var none Resp
+			return none, rpctypes.ErrGRPCNoLeader
 		}
-		return pb.NewClusterClient(role.Leader).MemberRemove(forwardCtx(ctx), r)
+		return forward(pb.NewClusterClient(role.Leader), forwardCtx(ctx), r)
 	}
-	members, err := c.s.membership.RemoveMember(ctx, r.ID)
-	if err != nil {
-		return nil, toGRPC(err)
-	}
-	return &pb.MemberRemoveResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+	return local(role)
 }
 
-func (c *clusterServer) MemberUpdate(context.Context, *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	return nil, unimplemented("member changes are not supported: Engram members share one storage engine and need no membership")
-}
-
-func (c *clusterServer) MemberPromote(context.Context, *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	return nil, unimplemented("member changes are not supported: Engram members share one storage engine and need no membership")
+// checkPeerURLs checks URLs as etcd's MemberAdd does (types.NewURLs: a
+// scheme of http, https, unix or unixs, and a host:port for the first two),
+// and asks for at least one: a member no one can reach could not serve.
+func checkPeerURLs(urls []string) error {
+	if _, err := types.NewURLs(urls); err != nil || len(urls) == 0 {
+		return rpctypes.ErrGRPCMemberBadURLs
+	}
+	return nil
 }
 
 // MoveLeader answers as etcd does: only the leader moves leadership (etcdctl

@@ -8,7 +8,10 @@
 // IDs and progress requests (the hub frames events into responses). In
 // cluster mode it also decides where a request is served: here, forwarded
 // to the leader (role.go), or held until the node's next role when it met
-// a node between roles and certainly had no effect (reroute.go). It must
+// a node between roles and certainly had no effect (reroute.go), and which
+// calls an etcd learner serves (learner.go; the server applies the rule).
+// Member changes it checks (URLs) and routes to the leader; the server
+// carries them out (Membership). It must
 // not hold data or decide semantics that belong to mvcc or watch; it
 // translates.
 package etcdapi

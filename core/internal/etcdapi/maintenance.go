@@ -45,6 +45,7 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftTerm:         1,
 		RaftAppliedIndex: uint64(rev),
 		StorageVersion:   "3.6.0",
+		IsLearner:        m.s.isLearner != nil && m.s.isLearner(),
 	}
 	m.s.statusAlarms(ctx, resp)
 	return resp, nil

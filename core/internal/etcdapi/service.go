@@ -1,6 +1,7 @@
 package etcdapi
 
 import (
+	"cmp"
 	"context"
 	"hash/fnv"
 	"log/slog"
@@ -22,8 +23,12 @@ type Options struct {
 	Store  kv.Store
 	Limits Limits
 	Logger *slog.Logger
-	// Name is this member's name; its hash is the member and cluster ID.
-	Name       string
+	// Name is this member's name; its hash is the cluster ID, and the
+	// member ID unless MemberID is set.
+	Name string
+	// MemberID is this member's ID when it is not its name's hash (a
+	// member that claimed the record of an etcdctl member add).
+	MemberID   uint64
 	ClientURLs []string
 	// Version is reported by Status; it must be >= 3.5.13 for
 	// kube-apiserver to enable RequestWatchProgress.
@@ -31,9 +36,12 @@ type Options struct {
 	// Members lists the cluster's members for MemberList; nil reports
 	// this node alone.
 	Members func(context.Context) ([]*pb.Member, error)
-	// Membership carries out MoveLeader and MemberRemove in cluster mode;
-	// nil answers as a one-member etcd does.
+	// Membership carries out MoveLeader and the member changes in cluster
+	// mode; nil answers as a one-member etcd does.
 	Membership Membership
+	// IsLearner reports whether this member is a learner now (Status's
+	// IsLearner); nil: never.
+	IsLearner func() bool
 	// Auth answers who calls and what they may do; nil means auth can
 	// never be on (tests of other concerns).
 	Auth auth.Checker
@@ -59,7 +67,9 @@ type Services struct {
 	name         string
 	urls         []string
 	version      string
+	clusterID    uint64
 	memberID     uint64
+	isLearner    func() bool
 	members      func(context.Context) ([]*pb.Member, error)
 	auth         auth.Checker
 	quota        *quota // nil: no quota
@@ -83,16 +93,18 @@ func New(opts Options) *Services {
 		opts.Name = "default"
 	}
 	s := &Services{
-		store:    opts.Store,
-		limits:   opts.Limits.withDefaults(),
-		log:      opts.Logger,
-		name:     opts.Name,
-		urls:     opts.ClientURLs,
-		version:  opts.Version,
-		memberID: MemberID(opts.Name),
-		members:  opts.Members,
-		auth:     opts.Auth,
-		draining: make(chan struct{}),
+		store:     opts.Store,
+		limits:    opts.Limits.withDefaults(),
+		log:       opts.Logger,
+		name:      opts.Name,
+		urls:      opts.ClientURLs,
+		version:   opts.Version,
+		clusterID: MemberID(opts.Name),
+		memberID:  cmp.Or(opts.MemberID, MemberID(opts.Name)),
+		isLearner: opts.IsLearner,
+		members:   opts.Members,
+		auth:      opts.Auth,
+		draining:  make(chan struct{}),
 
 		leaderWait:   opts.LeaderWait,
 		onLeaderWait: opts.OnLeaderWait,
@@ -139,7 +151,7 @@ func (s *Services) Register(gs *grpc.Server) {
 }
 
 func (s *Services) header(rev int64) *pb.ResponseHeader {
-	return &pb.ResponseHeader{ClusterId: s.memberID, MemberId: s.memberID, Revision: rev, RaftTerm: 1}
+	return &pb.ResponseHeader{ClusterId: s.clusterID, MemberId: s.memberID, Revision: rev, RaftTerm: 1}
 }
 
 // fillHeader completes a top-level response's header: the revision the
@@ -156,5 +168,5 @@ func (s *Services) fillHeader(h **pb.ResponseHeader, rev int64) {
 	if hd.Revision == 0 {
 		hd.Revision = rev
 	}
-	hd.ClusterId, hd.MemberId, hd.RaftTerm = s.memberID, s.memberID, 1
+	hd.ClusterId, hd.MemberId, hd.RaftTerm = s.clusterID, s.memberID, 1
 }

@@ -10,6 +10,7 @@
 package servertest
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -33,6 +34,10 @@ type Options struct {
 	Clock clock.Clock
 	// Unix serves on a unix socket in t.TempDir() instead of TCP.
 	Unix bool
+	// Listener, when set, is the TCP listener to serve on (its address is
+	// advertised) instead of a new one: a test that must know a node's URL
+	// before the node starts (etcdctl member add) opens it first.
+	Listener net.Listener
 	// Name is the member name (default "servertest"); cluster members need
 	// distinct names.
 	Name string

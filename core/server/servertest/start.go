@@ -62,7 +62,10 @@ func start(t testing.TB, opts Options) *Server {
 		endpoint = "unix://" + path
 		sopts.AdvertiseClientURLs = []string{endpoint}
 	} else {
-		l, err = net.Listen("tcp", "127.0.0.1:0")
+		l = opts.Listener
+		if l == nil {
+			l, err = net.Listen("tcp", "127.0.0.1:0")
+		}
 		if err == nil {
 			endpoint = l.Addr().String()
 			sopts.AdvertiseClientURLs = []string{"http://" + endpoint}
