@@ -82,10 +82,11 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 	return nil
 }
 
-// register records this member so MemberList on any node lists it.
+// register records this member so MemberList on any node lists it, and
+// publishes its version (clusterversion.go) in the same commit.
 func (s *Server) register(ctx context.Context) error {
 	v := []byte(strings.Join(s.opts.AdvertiseClientURLs, ","))
-	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(memberPrefix+s.opts.Name), v)}); err != nil {
+	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(memberPrefix+s.opts.Name), v), s.versionRecord()}); err != nil {
 		return fmt.Errorf("server: register member %q: %w", s.opts.Name, err)
 	}
 	return nil
@@ -93,29 +94,14 @@ func (s *Server) register(ctx context.Context) error {
 
 // members lists the registered members.
 func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
-	prefix := coder.MetaKey(memberPrefix)
-	it, err := s.opts.Store.Scan(ctx, kv.ScanOptions{Start: prefix, End: coder.SpaceEnd(coder.SpaceMeta)})
-	if err != nil {
-		return nil, fmt.Errorf("%w: list members: %w", mvcc.ErrUnavailable, err)
-	}
-	defer it.Close()
 	var out []*pb.Member
-	for {
-		batch, err := it.Next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%w: list members: %w", mvcc.ErrUnavailable, err)
-		}
-		if len(batch) == 0 {
-			return out, nil
-		}
-		for _, p := range batch {
-			if !strings.HasPrefix(string(p.Key), string(prefix)) {
-				return out, nil
-			}
-			name := strings.TrimPrefix(string(p.Key), string(prefix))
-			out = append(out, &pb.Member{ID: etcdapi.MemberID(name), Name: name, ClientURLs: strings.Split(string(p.Value), ",")})
-		}
+	err := s.scanMeta(ctx, memberPrefix, func(name string, urls []byte) {
+		out = append(out, &pb.Member{ID: etcdapi.MemberID(name), Name: name, ClientURLs: strings.Split(string(urls), ",")})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list members: %w", err)
 	}
+	return out, nil
 }
 
 func (s *Server) becomeLeader(ctx context.Context, term int64) error {

@@ -38,7 +38,7 @@ func (m membership) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, 
 	if err != nil {
 		return nil, rpctypes.ErrGRPCNotLeader
 	}
-	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Delete(coder.MetaKey(memberPrefix + member.Name)), fence}); err != nil {
+	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Delete(coder.MetaKey(memberPrefix + member.Name)), kv.Delete(coder.MetaKey(memberVersionPrefix + member.Name)), fence}); err != nil {
 		return nil, fmt.Errorf("remove member %q: %w", member.Name, err)
 	}
 	s.log.Info("member removed", "member", member.Name, "id", fmt.Sprintf("%x", id))

@@ -235,6 +235,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		Version:    version.Version,
 
 		QuotaBackendBytes: opts.QuotaBackendBytes,
+		Downgrader:        downgrader{s},
 	}
 	authState, err := s.openAuth(ctx, runCtx)
 	if err != nil {
@@ -390,6 +391,9 @@ func (s *Server) Drain() { s.api.Drain() }
 func (s *Server) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.opts.Cluster.Enabled {
+		s.withdrawVersion(ctx)
 	}
 	s.api.Drain()
 	s.cancel()

@@ -46,6 +46,9 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftAppliedIndex: uint64(rev),
 		StorageVersion:   "3.6.0",
 	}
+	if m.s.downgrader != nil {
+		resp.DowngradeInfo = m.s.downgrader.DowngradeInfo(ctx)
+	}
 	m.s.statusAlarms(ctx, resp)
 	return resp, nil
 }
@@ -177,11 +180,4 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_Sna
 		}
 	}
 	return s.Send(&pb.SnapshotResponse{Blob: sum.Sum(nil), Version: etcdfmt.StorageVersion})
-}
-
-func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	if err := m.s.authorizeAdmin(ctx); err != nil {
-		return nil, err
-	}
-	return nil, unimplemented("downgrade is not supported")
 }

@@ -34,6 +34,9 @@ type Options struct {
 	// Membership carries out MoveLeader and MemberRemove in cluster mode;
 	// nil answers as a one-member etcd does.
 	Membership Membership
+	// Downgrader answers Downgrade and Status's downgrade field; nil
+	// answers Downgrade Unimplemented.
+	Downgrader Downgrader
 	// Auth answers who calls and what they may do; nil means auth can
 	// never be on (tests of other concerns).
 	Auth auth.Checker
@@ -72,6 +75,7 @@ type Services struct {
 	drainOnce sync.Once
 
 	membership Membership // see Options.Membership
+	downgrader Downgrader // see Options.Downgrader
 }
 
 // New returns the services.
@@ -98,6 +102,7 @@ func New(opts Options) *Services {
 		onLeaderWait: opts.OnLeaderWait,
 	}
 	s.membership = opts.Membership
+	s.downgrader = opts.Downgrader
 	s.quota = newQuota(opts.QuotaBackendBytes, opts.Store, opts.Logger)
 	opts.Role.ended = make(chan struct{})
 	s.role.Store(opts.Role)
