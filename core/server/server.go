@@ -5,8 +5,10 @@
 // It owns the lifecycle of those parts: recovery on start, background loops,
 // graceful shutdown that acknowledges no write it has not made durable; and
 // in cluster mode the node's roles as the election decides them, its link
-// to the leader (leaderlink.go) and the wake-ups that tell the other
-// members to look at the lease record now (wake.go). It does
+// to the leader (leaderlink.go), the wake-ups that tell the other
+// members to look at the lease record now (wake.go), and the members'
+// published versions, from which it decides the cluster version that gates
+// new formats and answers Downgrade (clusterversion.go, downgrade.go). It does
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
 //
