@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,13 +24,15 @@ import (
 // DESIGN.md, "Versions and compatibility", gives the rule.
 //
 // Each member publishes its version under memberVersionPrefix when it
-// registers and withdraws it when it stops. The key is a prefix of its own,
-// not part of the member/ record: 0.9.0 members read member/<name> as
-// exactly the comma-joined client URLs, and their scan of member/ stops at
-// the first key outside it, so they never see these records. A member
-// without one is a 0.9.0 member, or one whose version cannot be known now
-// (stopped, perhaps to come back as an older binary that would not clear a
-// stale record): either way the oldest version it could be.
+// registers and withdraws it when it stops, and names its release in every
+// Status answer (etcdapi.ReleaseHeader): a member that answers is taken at
+// its word, the record speaks for one that does not. The key is a prefix
+// of its own, not part of the member/ record: 0.9.0 members read
+// member/<name> as exactly the comma-joined client URLs, and their scan of
+// member/ stops at the first key outside it, so they never see these
+// records. A member that neither answers nor has a record is a 0.9.0
+// member, or one whose version cannot be known now (stopped, perhaps to
+// come back as an older binary): either way the oldest version it could be.
 const memberVersionPrefix = "memberversion/"
 
 // memberVersion is a member's published record.
@@ -91,11 +94,8 @@ func (s *Server) clusterVersion(ctx context.Context) (clusterVersion, error) {
 		}
 		first := true
 		for _, m := range members {
-			v := release.Unrecorded()
+			v := s.memberRelease(ctx, m, recorded)
 			if mv, ok := recorded[m.Name]; ok {
-				if pv, err := release.Parse(mv.Version); err == nil {
-					v = pv.MajorMinor()
-				}
 				cv.newestFormat = max(cv.newestFormat, mv.StorageFormat)
 			}
 			if first || v.Less(cv.members) {
@@ -115,6 +115,29 @@ func (s *Server) clusterVersion(ctx context.Context) (clusterVersion, error) {
 		}
 	}
 	return cv, nil
+}
+
+// memberRelease is the release (major.minor) member runs: its own answer
+// when it answers its Status (a running member is what it says, whatever
+// its record: a member killed and started again as an older binary leaves
+// a stale one behind), else its record, else the oldest it could be.
+func (s *Server) memberRelease(ctx context.Context, m *pb.Member, recorded map[string]memberVersion) release.Version {
+	if m.Name == s.opts.Name {
+		return release.Current().MajorMinor()
+	}
+	parse := func(r string) release.Version {
+		if v, err := release.Parse(r); err == nil {
+			return v.MajorMinor()
+		}
+		return release.Unrecorded()
+	}
+	if r, err := (membership{s}).probeRelease(ctx, m); err == nil {
+		return parse(r)
+	}
+	if mv, ok := recorded[m.Name]; ok {
+		return parse(mv.Version)
+	}
+	return release.Unrecorded()
 }
 
 // requireClusterVersion is the gate for a feature that changes a format or

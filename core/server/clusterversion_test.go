@@ -2,17 +2,22 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/etcdapi"
 	"github.com/engramkv/engram/core/kv"
 	release "github.com/engramkv/engram/core/version"
 	"github.com/engramkv/engram/plugins/memkv"
@@ -206,5 +211,67 @@ func TestDowngradeBlockers(t *testing.T) {
 		if f.present == nil || f.since.Less(release.Version{Major: 0, Minor: 10}) {
 			t.Errorf("stored feature %q: no detector, or older than the first release that could list it", f.name)
 		}
+	}
+}
+
+// oldStatus answers Status as the member named id, with release in the
+// response header ("": none, as 0.9.0 answers).
+type oldStatus struct {
+	pb.UnimplementedMaintenanceServer
+	id      uint64
+	release string
+}
+
+func (o oldStatus) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	if o.release != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(etcdapi.ReleaseHeader, o.release))
+	}
+	return &pb.StatusResponse{Header: &pb.ResponseHeader{MemberId: o.id}}, nil
+}
+
+// serveStatus registers a member named name whose URL answers Status as
+// oldStatus with release, and returns a func that stops it.
+func serveStatus(t *testing.T, st kv.Store, name, release string, record []byte) func() {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	pb.RegisterMaintenanceServer(gs, oldStatus{id: etcdapi.MemberID(name), release: release})
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	ops := []kv.Op{kv.Put(coder.MetaKey(memberPrefix+name), []byte("http://"+lis.Addr().String()))}
+	if record != nil {
+		ops = append(ops, kv.Put(coder.MetaKey(memberVersionPrefix+name), record))
+	}
+	if err := st.Commit(context.Background(), ops); err != nil {
+		t.Fatal(err)
+	}
+	return gs.Stop
+}
+
+// TestClusterVersionAsksRunningMembers: a member that answers is what it
+// says, whatever its record: one answering without a release (0.9.0, here
+// started where a killed 0.10 process left its record) holds the cluster
+// at 0.9; once it no longer answers, its record speaks for it. A member
+// answering a newer release does not hold the cluster back.
+func TestClusterVersionAsksRunningMembers(t *testing.T) {
+	st := memkv.New()
+	a := newMember(t, st, "a")
+	stale, err := json.Marshal(memberVersion{Version: "0.10.0", StorageFormat: 2, OldestStorageFormat: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := serveStatus(t, st, "old", "", stale)
+	if cv := wantCluster(t, a, "0.9"); cv.oldest != "old" {
+		t.Errorf("oldest member %q, want old", cv.oldest)
+	}
+	stop()
+	wantCluster(t, a, "0.10")
+
+	serveStatus(t, st, "newer", "0.11.0", nil)
+	if cv := wantCluster(t, a, "0.10"); cv.oldest != "a" && cv.oldest != "old" {
+		t.Errorf("oldest member %q; the 0.11 member cannot be the oldest", cv.oldest)
 	}
 }

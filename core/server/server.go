@@ -43,6 +43,7 @@ import (
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/watch"
 	"github.com/engramkv/engram/core/kv"
+	release "github.com/engramkv/engram/core/version"
 )
 
 // Options configures a Server. The zero value of every field but Store is a
@@ -235,6 +236,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		Name:       opts.Name,
 		ClientURLs: opts.AdvertiseClientURLs,
 		Version:    version.Version,
+		Release:    release.Release,
 
 		QuotaBackendBytes: opts.QuotaBackendBytes,
 		Downgrader:        downgrader{s},

@@ -4,7 +4,22 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
+
+// ReleaseHeader is the response header in which Status names the Engram
+// release that answers (Options.Release).
+const ReleaseHeader = "engram-release"
+
+// sendRelease sets ReleaseHeader on the call's response. It is sent before
+// the caller is authorized, so that a member whose token another member
+// does not know still learns its release.
+func (s *Services) sendRelease(ctx context.Context) {
+	if s.release != "" {
+		_ = grpc.SetHeader(ctx, metadata.Pairs(ReleaseHeader, s.release))
+	}
+}
 
 // Downgrader answers etcd's Downgrade RPC and Status's downgrade field from
 // the cluster version the server keeps (core/server, downgrade.go). Its

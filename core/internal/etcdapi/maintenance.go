@@ -24,6 +24,7 @@ type maintenanceServer struct {
 }
 
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	m.s.sendRelease(ctx)
 	if err := m.s.authorizeCaller(ctx); err != nil {
 		return nil, err
 	}

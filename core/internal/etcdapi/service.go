@@ -28,6 +28,10 @@ type Options struct {
 	// Version is reported by Status; it must be >= 3.5.13 for
 	// kube-apiserver to enable RequestWatchProgress.
 	Version string
+	// Release is Engram's own release, sent with every Status answer in
+	// the ReleaseHeader header so that members can ask each other which
+	// release they run (0.9.0 sends none).
+	Release string
 	// Members lists the cluster's members for MemberList; nil reports
 	// this node alone.
 	Members func(context.Context) ([]*pb.Member, error)
@@ -62,6 +66,7 @@ type Services struct {
 	name         string
 	urls         []string
 	version      string
+	release      string
 	memberID     uint64
 	members      func(context.Context) ([]*pb.Member, error)
 	auth         auth.Checker
@@ -93,6 +98,7 @@ func New(opts Options) *Services {
 		name:     opts.Name,
 		urls:     opts.ClientURLs,
 		version:  opts.Version,
+		release:  opts.Release,
 		memberID: MemberID(opts.Name),
 		members:  opts.Members,
 		auth:     opts.Auth,
