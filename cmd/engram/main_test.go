@@ -24,6 +24,8 @@ func TestRunDispatch(t *testing.T) {
 		contains string
 	}{
 		{[]string{"version"}, 0, "etcd API "},
+		{[]string{"version"}, 0, "storage format 2 (reads 1 and newer)"},
+		{[]string{"version"}, 0, "engram 0.10.0"},
 		{[]string{"help"}, 0, "serve"},
 		{[]string{"version", "extra"}, 2, "unexpected argument"},
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},

@@ -7,6 +7,8 @@ import (
 	"runtime/debug"
 
 	etcdversion "go.etcd.io/etcd/api/v3/version"
+
+	release "github.com/engramkv/engram/core/version"
 )
 
 // version is stamped at build time (make build passes
@@ -14,26 +16,26 @@ import (
 // process, not mutable state.
 var version = ""
 
-// buildVersion returns the stamped version, else the module version and VCS
-// revision Go recorded in the binary, else "devel".
-func buildVersion() string {
+// buildVersion is this build's semantic version, with the stamp of an
+// untagged build (core/version.Build).
+func buildVersion() string { return release.Build(stamp()) }
+
+// stamp is the -X main.version stamp, else the VCS revision Go recorded
+// in the binary, else empty.
+func stamp() string {
 	if version != "" {
 		return version
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "devel"
-	}
-	v := bi.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "devel"
+		return ""
 	}
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			v += "+" + s.Value[:12]
+			return s.Value[:12]
 		}
 	}
-	return v
+	return ""
 }
 
 func versionMain(args []string, stdout, stderr io.Writer) int {
@@ -43,7 +45,10 @@ func versionMain(args []string, stdout, stderr io.Writer) int {
 	}
 	// The etcd version is what Status reports to clients; kube-apiserver
 	// gates features on it.
-	fmt.Fprintf(stdout, "engram %s\netcd API %s\n%s %s/%s\n",
-		buildVersion(), etcdversion.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	// The storage formats say which data directories and shared stores
+	// this binary can serve (DESIGN.md, "Versions and compatibility").
+	fmt.Fprintf(stdout, "engram %s\nstorage format %d (reads %d and newer)\netcd API %s\n%s %s/%s\n",
+		buildVersion(), release.StorageFormat, release.OldestStorageFormat,
+		etcdversion.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	return 0
 }

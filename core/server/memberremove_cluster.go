@@ -42,7 +42,7 @@ func (m membership) RemoveMember(ctx context.Context, id uint64) ([]*pb.Member, 
 	if member.Name == s.opts.Name || m.probe(ctx, member) == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "engram: member %q (%x) is running; stop it before removing it", member.Name, id)
 	}
-	err = m.commitFenced(ctx, kv.Delete(coder.MetaKey(memberPrefix+member.Name)), kv.Delete(attrKey(member.Name)))
+	err = m.commitFenced(ctx, kv.Delete(coder.MetaKey(memberPrefix+member.Name)), kv.Delete(attrKey(member.Name)), kv.Delete(coder.MetaKey(memberVersionPrefix+member.Name)))
 	if err != nil {
 		return nil, fmt.Errorf("remove member %q: %w", member.Name, err)
 	}

@@ -167,7 +167,7 @@ func (s *Server) register(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("server: register member %q: %w", name, err)
 		}
-		ops := []kv.Op{kv.Put(coder.MetaKey(memberPrefix+name), clientURLs)}
+		ops := []kv.Op{kv.Put(coder.MetaKey(memberPrefix+name), clientURLs), s.versionRecord()}
 		var claimed []byte
 		if !found {
 			if claimed, self, err = s.findPending(ctx); err != nil {

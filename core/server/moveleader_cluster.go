@@ -8,6 +8,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -84,12 +85,19 @@ func (m membership) MoveLeader(ctx context.Context, target uint64) error {
 // probe asks the member's own server, at its peer URL, for its Status and
 // checks that the process answering is that member.
 func (m membership) probe(ctx context.Context, member *pb.Member) error {
+	_, err := m.probeRelease(ctx, member)
+	return err
+}
+
+// probeRelease is probe, and the release the member says it runs ("" for
+// a member that names none: 0.9.0).
+func (m membership) probeRelease(ctx context.Context, member *pb.Member) (string, error) {
 	if len(member.PeerURLs) == 0 {
-		return errors.New("no peer URL registered")
+		return "", errors.New("no peer URL registered")
 	}
 	conn, err := m.s.dial(member.PeerURLs[0])
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close()
 	pctx, cancel := context.WithTimeout(ctx, m.s.opts.Cluster.LeaseDuration)
@@ -98,18 +106,23 @@ func (m membership) probe(ctx context.Context, member *pb.Member) error {
 		// The caller's token: with auth on, Status needs a known caller.
 		pctx = metadata.NewOutgoingContext(pctx, md.Copy())
 	}
-	resp, err := pb.NewMaintenanceClient(conn).Status(pctx, &pb.StatusRequest{})
+	var header metadata.MD
+	resp, err := pb.NewMaintenanceClient(conn).Status(pctx, &pb.StatusRequest{}, grpc.Header(&header))
+	rel := ""
+	if v := header.Get(etcdapi.ReleaseHeader); len(v) > 0 {
+		rel = v[0]
+	}
 	switch status.Code(err) {
 	case codes.OK:
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return fmt.Errorf("status: %w", err)
+		return "", fmt.Errorf("status: %w", err)
 	default:
 		// Refused (say, a caller known only by its certificate, which the
 		// dial does not carry), but refused by a running server.
-		return nil
+		return rel, nil
 	}
 	if resp.Header.GetMemberId() != member.ID {
-		return fmt.Errorf("the URL answers as member %x", resp.Header.GetMemberId())
+		return "", fmt.Errorf("the URL answers as member %x", resp.Header.GetMemberId())
 	}
-	return nil
+	return rel, nil
 }

@@ -8,7 +8,9 @@
 // to the leader (leaderlink.go), the wake-ups that tell the other
 // members to look at the lease record now (wake.go), the member records
 // (members.go) with the changes etcdctl's member commands make on the
-// leader, and a learner's limits (learner.go). It does
+// leader, a learner's limits (learner.go), and the members' published
+// versions, from which it decides the cluster version that gates new
+// formats and answers Downgrade (clusterversion.go, downgrade.go). It does
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
 //
@@ -43,6 +45,7 @@ import (
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/watch"
 	"github.com/engramkv/engram/core/kv"
+	release "github.com/engramkv/engram/core/version"
 )
 
 // Options configures a Server. The zero value of every field but Store is a
@@ -247,8 +250,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 		Name:       opts.Name,
 		ClientURLs: opts.AdvertiseClientURLs,
 		Version:    version.Version,
+		Release:    release.Release,
 
 		QuotaBackendBytes: opts.QuotaBackendBytes,
+		Downgrader:        downgrader{s},
 	}
 	authState, err := s.openAuth(ctx, runCtx)
 	if err != nil {
@@ -404,6 +409,9 @@ func (s *Server) Drain() { s.api.Drain() }
 func (s *Server) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
+	}
+	if s.opts.Cluster.Enabled {
+		s.withdrawVersion(ctx)
 	}
 	s.api.Drain()
 	s.cancel()

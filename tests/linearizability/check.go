@@ -30,7 +30,9 @@
 //
 // The checker has its own tests with planted bugs (a stale read, a lost
 // write, a duplicated watch event, a revision gap) that it must report; the
-// runs (*_test.go) drive real and in-process servers.
+// runs (*_test.go) drive real and in-process servers, among them a rolling
+// upgrade from the previous release's processes to this build's
+// (upgrade_test.go).
 package linearizability
 
 import (

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,17 @@ type LoadOptions struct {
 	// Seed makes each client's choice of operations reproducible (client
 	// i uses Seed+i); the interleaving with the server is not.
 	Seed int64
+	// Pinned connects client i to Endpoints[i % len(Endpoints)] alone, so
+	// that a failure can be put down to one node (the upgrade run).
+	Pinned bool
+}
+
+// Failure is an operation a client did not get an answer to.
+type Failure struct {
+	Client   int
+	Endpoint string // the client's endpoint when pinned, else ""
+	At       int64  // Recorder time the operation was sent
+	Err      string
 }
 
 // Load is a running set of clients recording into a Recorder.
@@ -39,6 +51,9 @@ type Load struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	errs   atomic.Int64
+
+	mu       sync.Mutex
+	failures []Failure
 }
 
 // StartLoad connects the clients and starts them. Stop ends them.
@@ -48,7 +63,11 @@ func StartLoad(ctx context.Context, rec *Recorder, opts LoadOptions) (*Load, err
 	interval := time.Duration(float64(opts.Clients) / opts.Rate * float64(time.Second))
 	var clis []*clientv3.Client
 	for i := range opts.Clients {
-		cli, err := NewClient(opts.Endpoints)
+		eps := opts.Endpoints
+		if opts.Pinned {
+			eps = []string{eps[i%len(eps)]}
+		}
+		cli, err := NewClient(eps)
 		if err != nil {
 			cancel()
 			for _, c := range clis {
@@ -58,6 +77,9 @@ func StartLoad(ctx context.Context, rec *Recorder, opts LoadOptions) (*Load, err
 		}
 		clis = append(clis, cli)
 		c := &client{id: i, cli: cli, rec: rec, rng: rand.New(rand.NewSource(opts.Seed + int64(i))), timeout: opts.OpTimeout, load: l}
+		if opts.Pinned {
+			c.endpoint = eps[0]
+		}
 		l.wg.Go(func() {
 			defer cli.Close()
 			// The ticker paces the client (Rate), it does not synchronise
@@ -86,6 +108,20 @@ func (l *Load) Stop() {
 // Errors is how many operations failed so far.
 func (l *Load) Errors() int64 { return l.errs.Load() }
 
+// Failures lists the operations that failed so far, but those cut short
+// by Stop.
+func (l *Load) Failures() []Failure {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.failures)
+}
+
+func (l *Load) fail(f Failure) {
+	l.mu.Lock()
+	l.failures = append(l.failures, f)
+	l.mu.Unlock()
+}
+
 // NewClient connects a client to endpoints, without logging.
 func NewClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
@@ -96,13 +132,14 @@ func NewClient(endpoints []string) (*clientv3.Client, error) {
 }
 
 type client struct {
-	id      int
-	cli     *clientv3.Client
-	rec     *Recorder
-	rng     *rand.Rand
-	timeout time.Duration
-	load    *Load
-	seq     int
+	id       int
+	endpoint string // when pinned
+	cli      *clientv3.Client
+	rec      *Recorder
+	rng      *rand.Rand
+	timeout  time.Duration
+	load     *Load
+	seq      int
 	// lastMod is the mod revision of each key this client last saw, the
 	// revision its compare-and-swaps expect.
 	lastMod [NumKeys]int64
@@ -127,13 +164,18 @@ func (c *client) step(ctx context.Context) {
 		c.seq++
 		req.Value = fmt.Sprintf("c%d-%d", c.id, c.seq)
 	}
+	at := c.rec.Now()
 	op := Do(ctx, c.cli, c.rec, c.timeout, Op{Client: c.id, Req: req})
-	if op == nil {
+	if op == nil || op.Resp.Unknown {
+		note := "read failed"
+		if op != nil {
+			note = op.Note
+		}
 		c.load.errs.Add(1)
-		return
-	}
-	if op.Resp.Unknown {
-		c.load.errs.Add(1)
+		if ctx.Err() == nil {
+			// Not the load stopping under it.
+			c.load.fail(Failure{Client: c.id, Endpoint: c.endpoint, At: at, Err: note})
+		}
 		return
 	}
 	switch req.Kind {

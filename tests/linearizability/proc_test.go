@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -19,6 +20,7 @@ import (
 type proc struct {
 	t        *testing.T
 	name     string
+	bin      string // the engram binary it runs
 	args     []string
 	endpoint string // host:port for clientv3
 	httpAddr string
@@ -33,7 +35,14 @@ type proc struct {
 // the test failed.
 func startProc(t *testing.T, name string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, logPath: filepath.Join(t.TempDir(), name+".log")}
+	return startProcOf(t, engramBinary(t), name, extra...)
+}
+
+// startProcOf is startProc with another engram binary (an earlier release,
+// in the upgrade run).
+func startProcOf(t *testing.T, bin, name string, extra ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, bin: bin, logPath: filepath.Join(t.TempDir(), name+".log")}
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -77,7 +86,7 @@ func (p *proc) launch() error {
 		return err
 	}
 	fmt.Fprintf(logf, "===== %s\n", strings.Join(p.args, " "))
-	cmd := exec.Command(engramBinary(p.t), p.args...)
+	cmd := exec.Command(p.bin, p.args...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "ENGRAM_") {
@@ -144,8 +153,35 @@ func (p *proc) kill() {
 // restart starts the process again on the same data directory and ports.
 func (p *proc) restart() {
 	p.t.Helper()
+	p.restartAs(p.bin)
+}
+
+// restartAs starts the process again, on the same data directory and
+// ports, from the binary bin.
+func (p *proc) restartAs(bin string) {
+	p.t.Helper()
+	p.bin = bin
 	if err := p.launch(); err != nil {
 		p.t.Fatalf("restart %s: %v", p.name, err)
+	}
+}
+
+// stop sends SIGTERM, as an operator's service manager does, and waits for
+// the process to exit; one that outlives its shutdown timeout by far is
+// killed and fails the test.
+func (p *proc) stop() {
+	p.t.Helper()
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		p.t.Errorf("%s did not exit within a minute of SIGTERM; killed", p.name)
+		p.kill()
 	}
 }
 

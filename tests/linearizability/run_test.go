@@ -122,6 +122,11 @@ func (f *faults) between(lo, hi time.Duration) time.Duration {
 
 type runConfig struct {
 	endpoints []string
+	// pinned connects each client to one endpoint (LoadOptions.Pinned).
+	pinned bool
+	// failures, if set, judges the clients' failed operations once the
+	// load stopped; without it they are only counted.
+	failures func(fs []Failure)
 	// schedule injects faults until ctx ends and leaves every node
 	// running and the cluster serving when it returns.
 	schedule func(ctx context.Context, f *faults)
@@ -147,7 +152,7 @@ func runChecked(t *testing.T, cfg runConfig) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	load, err := StartLoad(ctx, rec, LoadOptions{Endpoints: cfg.endpoints, Clients: numClients, Rate: opsPerSecond, OpTimeout: opTimeout, Seed: seed})
+	load, err := StartLoad(ctx, rec, LoadOptions{Endpoints: cfg.endpoints, Clients: numClients, Rate: opsPerSecond, OpTimeout: opTimeout, Seed: seed, Pinned: cfg.pinned})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +161,9 @@ func runChecked(t *testing.T, cfg runConfig) {
 	cfg.schedule(fctx, f)
 	fcancel()
 	load.Stop()
+	if cfg.failures != nil {
+		cfg.failures(load.Failures())
+	}
 	if t.Failed() {
 		return
 	}

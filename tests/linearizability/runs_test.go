@@ -72,6 +72,12 @@ type wasmNode struct{ config, addr string }
 // returns the processes and their endpoints.
 func startWasmCluster(t *testing.T, name, plugin string, lease time.Duration, nodes []wasmNode) ([]*proc, []string) {
 	t.Helper()
+	return startProcCluster(t, name, lease, wasmStorage(t, plugin, nodes))
+}
+
+// wasmStorage is the storage flags of each of nodes on plugin.
+func wasmStorage(t *testing.T, plugin string, nodes []wasmNode) [][]string {
+	t.Helper()
 	cache, err := proctest.WasmCacheDir(plugin)
 	if err != nil {
 		t.Fatal(err)
@@ -86,13 +92,19 @@ func startWasmCluster(t *testing.T, name, plugin string, lease time.Duration, no
 			"--storage.wasm.cache-dir=" + cache,
 		}
 	}
-	return startProcCluster(t, name, lease, storage)
+	return storage
 }
 
 // startProcCluster starts an engram process in cluster mode for each
 // entry of storage (that node's storage flags), with the given lease,
 // named name-0, name-1, ...; it returns the processes and their endpoints.
 func startProcCluster(t *testing.T, name string, lease time.Duration, storage [][]string) ([]*proc, []string) {
+	t.Helper()
+	return startProcClusterOf(t, engramBinary(t), name, lease, storage)
+}
+
+// startProcClusterOf is startProcCluster with another engram binary.
+func startProcClusterOf(t *testing.T, bin, name string, lease time.Duration, storage [][]string) ([]*proc, []string) {
 	t.Helper()
 	procs := make([]*proc, len(storage))
 	eps := make([]string, len(storage))
@@ -101,7 +113,7 @@ func startProcCluster(t *testing.T, name string, lease time.Duration, storage []
 			"--cluster.enabled=true",
 			fmt.Sprintf("--cluster.lease-duration=%s", lease),
 			fmt.Sprintf("--cluster.renew-interval=%s", lease/4))
-		procs[i] = startProc(t, fmt.Sprintf("%s-%d", name, i), args...)
+		procs[i] = startProcOf(t, bin, fmt.Sprintf("%s-%d", name, i), args...)
 		eps[i] = procs[i].endpoint
 	}
 	return procs, eps

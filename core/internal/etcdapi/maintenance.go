@@ -24,6 +24,7 @@ type maintenanceServer struct {
 }
 
 func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	m.s.sendRelease(ctx)
 	if err := m.s.authorizeCaller(ctx); err != nil {
 		return nil, err
 	}
@@ -46,6 +47,9 @@ func (m *maintenanceServer) Status(ctx context.Context, r *pb.StatusRequest) (*p
 		RaftAppliedIndex: uint64(rev),
 		StorageVersion:   "3.6.0",
 		IsLearner:        m.s.isLearner != nil && m.s.isLearner(),
+	}
+	if m.s.downgrader != nil {
+		resp.DowngradeInfo = m.s.downgrader.DowngradeInfo(ctx)
 	}
 	m.s.statusAlarms(ctx, resp)
 	return resp, nil
@@ -178,11 +182,4 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_Sna
 		}
 	}
 	return s.Send(&pb.SnapshotResponse{Blob: sum.Sum(nil), Version: etcdfmt.StorageVersion})
-}
-
-func (m *maintenanceServer) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	if err := m.s.authorizeAdmin(ctx); err != nil {
-		return nil, err
-	}
-	return nil, unimplemented("downgrade is not supported")
 }

@@ -52,8 +52,8 @@ func fromBackend(err error) error {
 
 // serveWithRole runs serve under the node's current role and, while serve
 // reports the request not served, again under each next role, until it is
-// served, the request's context ends, the services drain or LeaderWait
-// passes; then the last answer stands. With needLeader it waits, without
+// served, the request's context ends, the services drain (unless the next
+// role is already there) or LeaderWait passes; then the last answer stands. With needLeader it waits, without
 // running serve, while the role neither leads nor knows a leader (a
 // follower between leaders), since serve would only forward to nobody.
 func serveWithRole[Resp any](ctx context.Context, s *Services, needLeader bool, serve func(*Role) (Resp, error)) (Resp, error) {
@@ -90,6 +90,16 @@ func serveWithRole[Resp any](ctx context.Context, s *Services, needLeader bool, 
 		case <-timeout:
 			return resp, ns.answer
 		case <-s.draining:
+			// A node stopped right after it handed leadership off drains
+			// while its held calls wake for the role it now knows; select
+			// picks either when both are ready, and those calls must run
+			// under that role, not end "leader changed". Draining stops
+			// only the waits for a role not yet known.
+			select {
+			case <-role.ended:
+				continue
+			default:
+			}
 			return resp, ns.answer
 		}
 	}

@@ -33,6 +33,10 @@ type Options struct {
 	// Version is reported by Status; it must be >= 3.5.13 for
 	// kube-apiserver to enable RequestWatchProgress.
 	Version string
+	// Release is Engram's own release, sent with every Status answer in
+	// the ReleaseHeader header so that members can ask each other which
+	// release they run (0.9.0 sends none).
+	Release string
 	// Members lists the cluster's members for MemberList; nil reports
 	// this node alone.
 	Members func(context.Context) ([]*pb.Member, error)
@@ -42,6 +46,9 @@ type Options struct {
 	// IsLearner reports whether this member is a learner now (Status's
 	// IsLearner); nil: never.
 	IsLearner func() bool
+	// Downgrader answers Downgrade and Status's downgrade field; nil
+	// answers Downgrade Unimplemented.
+	Downgrader Downgrader
 	// Auth answers who calls and what they may do; nil means auth can
 	// never be on (tests of other concerns).
 	Auth auth.Checker
@@ -68,6 +75,7 @@ type Services struct {
 	urls         []string
 	version      string
 	clusterID    uint64
+	release      string
 	memberID     uint64
 	isLearner    func() bool
 	members      func(context.Context) ([]*pb.Member, error)
@@ -82,6 +90,7 @@ type Services struct {
 	drainOnce sync.Once
 
 	membership Membership // see Options.Membership
+	downgrader Downgrader // see Options.Downgrader
 }
 
 // New returns the services.
@@ -99,6 +108,7 @@ func New(opts Options) *Services {
 		name:      opts.Name,
 		urls:      opts.ClientURLs,
 		version:   opts.Version,
+		release:   opts.Release,
 		clusterID: MemberID(opts.Name),
 		memberID:  cmp.Or(opts.MemberID, MemberID(opts.Name)),
 		isLearner: opts.IsLearner,
@@ -110,6 +120,7 @@ func New(opts Options) *Services {
 		onLeaderWait: opts.OnLeaderWait,
 	}
 	s.membership = opts.Membership
+	s.downgrader = opts.Downgrader
 	s.quota = newQuota(opts.QuotaBackendBytes, opts.Store, opts.Logger)
 	opts.Role.ended = make(chan struct{})
 	s.role.Store(opts.Role)
