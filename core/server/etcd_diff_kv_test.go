@@ -275,7 +275,7 @@ func TestDiffProgressBesideCompactedWatcher(t *testing.T) {
 func TestKeyOverLimitMessage(t *testing.T) {
 	t.Parallel()
 	c := servertest.Start(t, servertest.Options{}).Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kvc := pb.NewKVClient(c.ActiveConnection())
 	for _, k := range []struct {

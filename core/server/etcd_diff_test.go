@@ -38,7 +38,7 @@ func newPair(t *testing.T) (*pair, context.Context) {
 	ec, _ := startEtcd(t)
 	gc := servertest.Start(t, servertest.Options{}).Client(t)
 	// A hang guard, not a measurement.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	p := &pair{names: [2]string{"etcd", "engram"}}
 	for i, c := range []*clientv3.Client{ec, gc} {

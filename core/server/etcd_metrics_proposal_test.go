@@ -30,7 +30,7 @@ func TestEtcdProposalMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kvc, lc := pb.NewKVClient(conn), pb.NewLeaseClient(conn)
 

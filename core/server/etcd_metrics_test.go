@@ -338,7 +338,7 @@ func bounds(f *dto.MetricFamily) []float64 {
 // the returned context (a hang guard, not a measurement) end with the test.
 func rawConn(t *testing.T, endpoint string) (context.Context, *grpc.ClientConn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -33,7 +33,7 @@ func setupClock(t *testing.T) (*clientv3.Client, context.Context, *fakeclock.Clo
 	clk := fakeclock.New(t, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	srv := servertest.Start(t, servertest.Options{ProgressNotifyInterval: progressInterval, Clock: clk})
 	// A hang guard, not a measurement: no test here waits on real time.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return srv.Client(t), ctx, clk
 }

@@ -38,7 +38,7 @@ func TestDiffMemberChanges(t *testing.T) {
 	c := &cluster{t: t, nodes: []*servertest.Server{node}, names: []string{"lone"}}
 	c.leader(-1)
 	gc := node.Client(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	var (
