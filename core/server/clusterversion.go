@@ -23,15 +23,17 @@ import (
 // DESIGN.md, "Versions and compatibility", gives the rule.
 //
 // Each member publishes its version under memberVersionPrefix when it
-// registers and withdraws it when it stops, and names its release in every
+// registers (and keeps it while it is down), and names its release in every
 // Status answer (etcdapi.ReleaseHeader): a member that answers is taken at
 // its word, the record speaks for one that does not. The key is a prefix
 // of its own, not part of the member/ record: 0.9.0 members read
 // member/<name> as exactly the comma-joined client URLs, and their scan of
 // member/ stops at the first key outside it, so they never see these
 // records. A member that neither answers nor has a record is a 0.9.0
-// member, or one whose version cannot be known now (stopped, perhaps to
-// come back as an older binary): either way the oldest version it could be.
+// member. One that is down counts as the release it last published: a
+// follower stopped for maintenance or lost in a failover must not hold
+// back a promotion. Coming back as an older binary is a rollback, which
+// starts with a downgrade (downgrade.go) whatever the records say.
 const memberVersionPrefix = "memberversion/"
 
 // memberVersion is a member's published record.
@@ -46,14 +48,6 @@ type memberVersion struct {
 func (s *Server) versionRecord() kv.Op {
 	raw, _ := json.Marshal(memberVersion{Version: release.Release, StorageFormat: release.StorageFormat, OldestStorageFormat: release.OldestStorageFormat})
 	return kv.Put(coder.MetaKey(memberVersionPrefix+s.opts.Name), raw)
-}
-
-// withdrawVersion deletes this member's record as it stops, so that while
-// it is down it counts as the oldest version it could come back as.
-func (s *Server) withdrawVersion(ctx context.Context) {
-	if err := s.opts.Store.Commit(ctx, []kv.Op{kv.Delete(coder.MetaKey(memberVersionPrefix + s.opts.Name))}); err != nil {
-		s.log.Warn("could not withdraw this member's version record; the cluster version counts it until it restarts or is removed", "err", err)
-	}
 }
 
 // clusterVersion is what the gate and the Downgrade RPC decide on.
@@ -94,6 +88,9 @@ func (s *Server) clusterVersion(ctx context.Context) (clusterVersion, error) {
 		}
 		first := true
 		for _, m := range members {
+			if m.Name == "" {
+				continue // added, not started: it runs nothing yet
+			}
 			v := s.memberRelease(ctx, m, recorded)
 			if mv, ok := recorded[m.Name]; ok {
 				cv.newestFormat = max(cv.newestFormat, mv.StorageFormat)

@@ -59,8 +59,8 @@ func wantRefused(t *testing.T, err error, mentions string) {
 
 // TestClusterVersionGate: a member registered without a version record (as
 // 0.9.0 registers) holds the cluster version at 0.9 and the gate names it;
-// once it is gone the cluster runs at 0.10; a member that stops withdraws
-// its record.
+// once it is gone the cluster runs at 0.10; a member that stops keeps its
+// record and counts as the release it last published.
 func TestClusterVersionGate(t *testing.T) {
 	ctx := context.Background()
 	st := memkv.New()
@@ -82,6 +82,10 @@ func TestClusterVersionGate(t *testing.T) {
 	if err := b.requireClusterVersion(ctx, "feature y", release.Version{Major: 0, Minor: 9}); err != nil {
 		t.Errorf("a 0.9 feature with a 0.9 member: %v", err)
 	}
+	// The member commands' records are such a feature: a 0.9 member would
+	// let a learner campaign.
+	_, _, err := membership{b}.AddMember(ctx, []string{"http://127.0.0.1:3"}, true)
+	wantRefused(t, err, `member add needs cluster version 0.10; member "old" runs 0.9`)
 	if err := st.Commit(ctx, []kv.Op{kv.Delete(old)}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +94,15 @@ func TestClusterVersionGate(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Get(ctx, coder.MetaKey(memberVersionPrefix+"a")); !errors.Is(err, kv.ErrNotFound) {
-		t.Fatalf("a stopped member's version record: %v, want it withdrawn", err)
+	if _, err := st.Get(ctx, coder.MetaKey(memberVersionPrefix+"a")); err != nil {
+		t.Fatalf("a stopped member's version record: %v, want it kept", err)
+	}
+	wantCluster(t, b, "0.10")
+	// Its record says 0.9 (as an older release would have left it): the
+	// stopped member counts as that.
+	raw, _ := json.Marshal(memberVersion{Version: "0.9.0", StorageFormat: 2, OldestStorageFormat: 1})
+	if err := st.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(memberVersionPrefix+"a"), raw)}); err != nil {
+		t.Fatal(err)
 	}
 	if cv := wantCluster(t, b, "0.9"); cv.oldest != "a" {
 		t.Errorf("oldest member %q, want the stopped a", cv.oldest)

@@ -23,10 +23,35 @@ type storedFeature struct {
 	present func(ctx context.Context, st kv.Store) (bool, error)
 }
 
-// storedFeatures is this release's list. 0.10.0 stores nothing 0.9.0
-// cannot read: its member version and downgrade records sit under keys
-// 0.9.0 never reads.
-func storedFeatures() []storedFeature { return nil }
+// storedFeatures is this release's list. 0.10.0's member version and
+// downgrade records sit under keys 0.9.0 never reads, and so do the member
+// records of etcdctl's member commands (members.go); but two of those
+// change what a 0.9.0 node would do, so they are listed: a learner, which
+// a 0.9.0 node would let campaign, and a member added and not started,
+// which a 0.9.0 node would not list, and whose node would then join under
+// another ID. A member that was added and has started (its ID not its
+// name's hash) is not: a 0.9.0 node lists it under its name's hash, which
+// the README's rollback section says.
+func storedFeatures() []storedFeature {
+	return []storedFeature{
+		{name: "a learner (promote or remove it)", since: membershipRelease, present: func(ctx context.Context, st kv.Store) (bool, error) {
+			attrs, err := scanMeta(ctx, st, attrPrefix)
+			if err != nil {
+				return false, err
+			}
+			for _, a := range attrs {
+				if m, err := decodeAttrs(a.Value); err == nil && m.Learner {
+					return true, nil
+				}
+			}
+			return false, nil
+		}},
+		{name: "a member added and not started (start or remove it)", since: membershipRelease, present: func(ctx context.Context, st kv.Store) (bool, error) {
+			pending, err := scanMeta(ctx, st, pendingPrefix)
+			return len(pending) > 0, err
+		}},
+	}
+}
 
 // downgradeBlockers refuses a downgrade to target when the members write a
 // storage format newer than target reads, or when a stored feature newer

@@ -14,10 +14,18 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/kv"
+	release "github.com/engramkv/engram/core/version"
 )
 
 // maxLearners is etcd 3.6's default --max-learners: one learner at a time.
 const maxLearners = 1
+
+// membershipRelease is the first release that reads the records of
+// member add, update and promote (members.go): a 0.9 member would list an
+// added member under its name's hash, skip a pending one and let a learner
+// campaign. The changes wait until every member runs it, and are refused
+// while a downgrade below it is enabled (clusterversion.go).
+var membershipRelease = release.Version{Major: 0, Minor: 10}
 
 // errMemberChanged answers a member change whose records another change
 // moved between the check and the commit; running it again decides anew.
@@ -29,6 +37,10 @@ var errMemberChanged = status.Error(codes.Aborted, "engram: the member records c
 // peer URLs must be unused, and there may be only maxLearners learners.
 func (m membership) AddMember(ctx context.Context, peerURLs []string, learner bool) (*pb.Member, []*pb.Member, error) {
 	s := m.s
+	// Before the lock: the gate asks every member for its release.
+	if err := s.requireClusterVersion(ctx, "member add", membershipRelease); err != nil {
+		return nil, nil, err
+	}
 	s.memberMu.Lock()
 	defer s.memberMu.Unlock()
 	members, err := s.members(ctx)
@@ -64,6 +76,10 @@ func (m membership) AddMember(ctx context.Context, peerURLs []string, learner bo
 // its own new URL at once.
 func (m membership) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error) {
 	s := m.s
+	// Before the lock: the gate asks every member for its release.
+	if err := s.requireClusterVersion(ctx, "member update", membershipRelease); err != nil {
+		return nil, err
+	}
 	s.memberMu.Lock()
 	defer s.memberMu.Unlock()
 	target, members, err := m.findIn(ctx, id)
@@ -94,6 +110,10 @@ func (m membership) UpdateMember(ctx context.Context, id uint64, peerURLs []stri
 // restart.
 func (m membership) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	s := m.s
+	// Before the lock: the gate asks every member for its release.
+	if err := s.requireClusterVersion(ctx, "member promote", membershipRelease); err != nil {
+		return nil, err
+	}
 	s.memberMu.Lock()
 	defer s.memberMu.Unlock()
 	target, _, err := m.findIn(ctx, id)

@@ -73,8 +73,14 @@ func (a memberAttrs) encode() []byte {
 
 // scanMeta returns the meta records whose names start with prefix.
 func (s *Server) scanMeta(ctx context.Context, prefix string) ([]kv.Pair, error) {
+	return scanMeta(ctx, s.opts.Store, prefix)
+}
+
+// scanMeta returns st's meta records whose names start with prefix, keyed
+// by the name after it.
+func scanMeta(ctx context.Context, st kv.Store, prefix string) ([]kv.Pair, error) {
 	start := coder.MetaKey(prefix)
-	it, err := s.opts.Store.Scan(ctx, kv.ScanOptions{Start: start, End: coder.SpaceEnd(coder.SpaceMeta)})
+	it, err := st.Scan(ctx, kv.ScanOptions{Start: start, End: coder.SpaceEnd(coder.SpaceMeta)})
 	if err != nil {
 		return nil, err
 	}

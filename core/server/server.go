@@ -410,9 +410,6 @@ func (s *Server) Close(ctx context.Context) error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if s.opts.Cluster.Enabled {
-		s.withdrawVersion(ctx)
-	}
 	s.api.Drain()
 	s.cancel()
 	done := make(chan struct{})
