@@ -137,8 +137,9 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 #   processes of the previous release (the newest v* tag before HEAD, built
 #   from a git archive of it, 4-8 s with the build cache warm) over
 #   PostgreSQL replaced one at a time by this build, then one rolled back
-#   after a downgrade is enabled (about 30 s with the build; it fails in CI
-#   when the tag is missing from the clone, and is skipped elsewhere).
+#   after a downgrade is enabled (about 30 s with the build). A clone
+#   without tags builds the commit core/version's release table names; one
+#   without that history (shallow) fails in CI and is skipped elsewhere.
 # - suite-diff, suite-e2e: the differential test against etcd 3.6 and the
 #   end-to-end tests of the built binary. These and suite-lin build or run
 #   the real binary, which go test's cache cannot see: hence -count=1.

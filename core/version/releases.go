@@ -7,13 +7,17 @@ type Known struct {
 	// Writes and Reads are the release's StorageFormat and
 	// OldestStorageFormat.
 	Writes, Reads int
+	// Commit is the commit its tag names, so that a clone without the
+	// tags (but with the history) can still build it: the upgrade test
+	// does.
+	Commit string
 }
 
 // Releases lists the releases before this one, oldest first; the release
 // that adds a format appends itself here in the next one.
 func Releases() []Known {
 	return []Known{
-		{Version: Version{Major: 0, Minor: 9}, Writes: 2, Reads: 1},
+		{Version: Version{Major: 0, Minor: 9}, Writes: 2, Reads: 1, Commit: "af32cfd7bcc03c49130abf69ebf0192f796dc918"},
 	}
 }
 

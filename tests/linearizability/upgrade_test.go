@@ -32,9 +32,9 @@ import (
 // cluster version must be the previous release's while one of its members
 // runs and this one's once all are upgraded.
 func TestClusterPostgresRollingUpgrade(t *testing.T) {
-	tag := previousRelease(t)
+	tag, ref := previousRelease(t)
 	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
-	oldBin := buildRelease(t, tag)
+	oldBin := buildRelease(t, tag, ref)
 	newBin := engramBinary(t)
 	pg := pgtest.Start(t)
 	node := wasmNode{config: "url=" + pg.URL("") + " table=engram_upgrade", addr: pg.Addr}
@@ -204,7 +204,7 @@ func (u *upgrade) judge(t *testing.T) func([]Failure) {
 // previousRelease is the newest v* tag that is an ancestor of HEAD and not
 // HEAD itself. Without git history or tags (a shallow or tarball checkout)
 // the test is skipped, and fails in CI, where the checkout must have them.
-func previousRelease(t *testing.T) string {
+func previousRelease(t *testing.T) (name, ref string) {
 	t.Helper()
 	root, err := etcdtest.RepoRoot()
 	if err != nil {
@@ -215,7 +215,7 @@ func previousRelease(t *testing.T) string {
 		return strings.TrimSpace(string(out)), err
 	}
 	missing := func(why string, err error) {
-		msg := fmt.Sprintf("the upgrade test needs the previous release's tag in the git history (%s: %v); fetch the tags (git fetch --tags, a non-shallow clone)", why, err)
+		msg := fmt.Sprintf("the upgrade test needs the previous release in the git history (%s: %v); use a clone with the history (not shallow)", why, err)
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}
@@ -232,18 +232,23 @@ func previousRelease(t *testing.T) string {
 	for tag := range strings.FieldsSeq(tags) {
 		commit, err := git("rev-parse", tag+"^{commit}")
 		if err == nil && commit != head {
-			return tag
+			return tag, tag
 		}
 	}
-	missing("no v* tag before HEAD", fmt.Errorf("tags merged into HEAD: %q", tags))
-	return ""
+	// A clone without the tags: the release table names the commit.
+	known := release.Releases()
+	prev := known[len(known)-1]
+	if _, err := git("cat-file", "-e", prev.Commit+"^{commit}"); err != nil {
+		missing(fmt.Sprintf("no v* tag before HEAD and no commit %s", prev.Commit), err)
+	}
+	return fmt.Sprintf("v%d.%d.%d", prev.Version.Major, prev.Version.Minor, prev.Version.Patch), prev.Commit
 }
 
-// buildRelease builds cmd/engram at tag into a temporary directory, from
-// a `git archive` of the tag (no worktree is registered in the repository,
+// buildRelease builds cmd/engram at ref (the release called tag) into a
+// temporary directory, from a `git archive` of it (no worktree is registered in the repository,
 // so a killed test leaves nothing behind); the module and build caches
 // make it take seconds after the first time.
-func buildRelease(t *testing.T, tag string) string {
+func buildRelease(t *testing.T, tag, ref string) string {
 	t.Helper()
 	root, err := etcdtest.RepoRoot()
 	if err != nil {
@@ -255,7 +260,7 @@ func buildRelease(t *testing.T, tag string) string {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	archive := exec.Command("git", "-C", root, "archive", "--format=tar", tag)
+	archive := exec.Command("git", "-C", root, "archive", "--format=tar", ref)
 	untar := exec.Command("tar", "-x", "-C", src)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {
