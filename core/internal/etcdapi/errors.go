@@ -7,7 +7,7 @@
 // mvcc, which executed it), RangeStream's chunking, and the watch stream's
 // IDs and progress requests (the hub frames events into responses). In
 // cluster mode it also decides where a request is served: here, forwarded
-// to the leader (role.go), or held until the node's next role when it met
+// to the leader (forward.go), or held until the node's next role when it met
 // a node between roles and certainly had no effect (reroute.go), and which
 // calls an etcd learner serves (learner.go; the server applies the rule).
 // Member changes it checks (URLs) and routes to the leader; the server
