@@ -15,11 +15,12 @@ import (
 )
 
 // This file is leader forwarding: a follower sends what only the leader
-// serves (writes, compaction, leases, watches, auth and alarm changes) to the leader over its
-// connection (Role.Leader), with the caller's metadata, and answers what
-// the leader answered. Which failures to reach the leader may run again
-// under the next role is reroute.go's concern; DESIGN.md, "Cluster roles
-// and forwarding", gives the reasons.
+// serves (writes, compaction, leases, watches, alarms, defragmentation,
+// auth and member changes) to the leader over its connection
+// (Role.Leader), with the caller's metadata, and answers what the leader
+// answered. Which failures to reach the leader may run again under the
+// next role is reroute.go's concern; DESIGN.md, "Cluster roles and
+// forwarding", gives the reasons.
 
 // forwardCtx carries the caller's metadata (e.g. hasleader) to the leader.
 func forwardCtx(ctx context.Context) context.Context {
