@@ -213,7 +213,7 @@ $(addprefix k8s-,$(K8S_BACKENDS)):
 # etcd for 20 s (core/migrate TestFollowRate; ENGRAM_MIGRATE_RATE and
 # ENGRAM_MIGRATE_SECONDS change it): it logs the lag, DESIGN.md keeps it.
 # Longer linearizability runs than make test's: each run's load lasts
-# SOAK_DURATION (issue 10 asks for a minute of leader kills over
+# SOAK_DURATION (the requirement is a minute of leader kills over
 # PostgreSQL) and every run is repeated SOAK_COUNT times, the TiKV mock
 # variant included. A minute's history is 45,000-60,000 operations: porcupine
 # checks it in 2-6 s and under 2 GB. A failed run prints its seed
@@ -226,7 +226,7 @@ soak: plugins adaptors etcd-tools
 		-run '^Test(SingleNode|Cluster)' ./tests/linearizability/
 	ENGRAM_MIGRATE_SOAK=1 $(GO) test -count=1 -timeout=0 -v -run '^TestFollowRate$$' ./core/migrate/
 
-# The differential test's long run (tests/etcddiff, issue 14): DIFF_SEEDS
+# The differential test's long run (tests/etcddiff): DIFF_SEEDS
 # runs of DIFF_OPS generated operations each, every one with a seed of its
 # own, against etcd 3.6 and Engram on memkv, badger and memkv.wasm (make
 # test runs one of 20,000). A failure prints its seed; ENGRAM_DIFF_SEED=N
@@ -244,8 +244,8 @@ diff-long: build etcd-tools
 # Debian's etcd-server 3.4 is used when installed, and BENCHMARKS.md shows
 # which etcd ran) and the harness, a module of its own so its chart library
 # stays out of the server's module graph.
-# BENCH_RSS_OBJECTS: objects loaded before measuring server memory (the issue
-# asks for 1M). BENCH_ARGS: more harness flags, e.g.
+# BENCH_RSS_OBJECTS: objects loaded before measuring server memory (the
+# benchmarks are specified at 1M). BENCH_ARGS: more harness flags, e.g.
 # BENCH_ARGS='--stores=etcd,engram-badger --repeats=5'.
 BENCH_RSS_OBJECTS ?= 1000000
 BENCH_ARGS        ?=
@@ -253,14 +253,14 @@ BENCH_ARGS        ?=
 bench-tools: build
 	$(GO) build -trimpath -o bin/engram-ceiling ./bench/cmd/ceiling
 	@if ! $(MAKE) --no-print-directory etcd-tools; then \
-		echo "bench: building etcd from bench/etcd failed; falling back to Debian's etcd-server (apt-get install etcd-server; 3.4, older than the 3.6 the issue compares with)"; \
+		echo "bench: building etcd from bench/etcd failed; falling back to Debian's etcd-server (apt-get install etcd-server; 3.4, older than the 3.6 the benchmarks compare with)"; \
 		command -v etcd >/dev/null || { echo "bench: no etcd on PATH either"; exit 1; }; \
 		ln -sf "$$(command -v etcd)" bin/etcd; \
 	fi
 	cd bench/harness && $(GO) build -trimpath -o ../../bin/engram-benchrun .
 	@$(MAKE) --no-print-directory bin/kine || echo "bench: building kine from bench/kine failed; the kine-* stores are skipped"
 
-# kine (k3s's etcd shim) for the SQL section (issue 24), built from the Go
+# kine (k3s's etcd shim) for the SQL section of the benchmarks, built from the Go
 # module proxy by the wrapper module bench/kine, which calls kine's own entry
 # point; to a temporary name first, so an interrupted build leaves no half
 # file. kine links SQLite through cgo: the first build takes a few minutes.
@@ -270,7 +270,7 @@ bin/kine: bench/kine/go.mod bench/kine/go.sum bench/kine/main.go
 	mv -f bin/.kine.tmp bin/kine
 
 # Engram on PostgreSQL and MariaDB (postgres.wasm, mysql.wasm) beside kine on
-# the same database and Engram on badger (issue 24): the harness starts a
+# the same database and Engram on badger: the harness starts a
 # throwaway PostgreSQL 15 and MariaDB on 127.0.0.1 with durability on, a
 # fresh database per store run. Where either is not installed its stores are
 # skipped with a note (an error under CI). The report goes to bin/bench-sql/;
@@ -303,7 +303,7 @@ bench-quick: bench-tools
 		--out=bin/bench-quick/BENCHMARKS.md --chart=bin/bench-quick/chart.png \
 		--results=bin/bench-quick/results.json $(BENCH_ARGS)
 
-# Cost curves only (issue 12): etcd and Engram on badger, each one server
+# Cost curves only: etcd and Engram on badger, each one server
 # grown to every BENCH_SCALE object count and measured there (get, create,
 # full list, watch p99, RSS and disk per object, kill -9 recovery); report
 # in bin/bench-scale/. About 25 minutes on 2 cores at the default points.
@@ -314,7 +314,7 @@ bench-scale: bench-tools
 		--out=bin/bench-scale/BENCHMARKS.md --chart=bin/bench-scale/chart.png \
 		--results=bin/bench-scale/results.json $(BENCH_ARGS)
 
-# Disk under churn only (issue 12): etcd and Engram on badger, each a fresh
+# Disk under churn only: etcd and Engram on badger, each a fresh
 # server, BENCH_CHURN (10m) of updates on 10,000 keys with kube-apiserver's
 # compaction every 5 minutes, then each store's reclamation; disk use, and
 # throughput over time. The report and chart go to bin/bench-churn/.

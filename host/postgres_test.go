@@ -239,7 +239,7 @@ func benchSQLAdaptor(b *testing.B, s kv.Store, seq *int) {
 }
 
 // benchSQLGroups runs the group benchmarks on s: one Commit shaped like
-// Engram's write group of 300 clients' requests (issue 24), the batch whose
+// Engram's write group of 300 clients' requests, the batch whose
 // cost bounds a SQL store's write throughput once the writer pipelines its
 // commits. CreateGroup300 is 300 creates: a put-if-absent of each new
 // revision key (random 70-byte keys, a 512-byte value with its header) and

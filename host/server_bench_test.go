@@ -13,7 +13,8 @@ import (
 	"github.com/engramkv/engram/plugins/memkv"
 )
 
-// Shapes of kube-apiserver's requests, as in issue 5 and engram bench: keys
+// Shapes of kube-apiserver's requests, as in engram bench (bench/README.md,
+// "kube-apiserver's requests"): keys
 // of about 70 bytes, 512-byte values, many concurrent clients.
 const (
 	serverBenchClients = 64
@@ -59,11 +60,12 @@ func benchServerStores(b *testing.B) map[string]*clientv3.Client {
 }
 
 // BenchmarkServer runs kube-apiserver-shaped requests through clientv3
-// against the whole server on native memkv and on memkv.wasm: issue 5 asks
-// for the wasm store within 20% of the native one on every workload. ns/op
-// is wall time per request with serverBenchClients in flight, so it is the
-// inverse of throughput; cpu-ns/op is the CPU the whole process (client and
-// server) spent per request, the steadier figure on a shared machine.
+// against the whole server on native memkv and on memkv.wasm: the wasm
+// store is required to stay within 20% of the native one on every
+// workload. ns/op is wall time per request with serverBenchClients in
+// flight, so it is the inverse of throughput; cpu-ns/op is the CPU the
+// whole process (client and server) spent per request, the steadier
+// figure on a shared machine.
 func BenchmarkServer(b *testing.B) {
 	clients := benchServerStores(b)
 	value := string(make([]byte, 512))

@@ -46,9 +46,9 @@ type statements struct {
 	cas    string
 	cad    string
 	del    string
-	// The multi-row forms of the writes (batch.go): each takes arrays
-	// (unnest) and handles every op of its kind in a batch in one
-	// statement; the conditional ones return the keys whose condition
+	// The multi-row forms of the writes (queueMany in commit.go): each
+	// takes arrays (unnest) and handles every op of its kind in a batch in
+	// one statement; the conditional ones return the keys whose condition
 	// held.
 	putMany    string
 	putNewMany string

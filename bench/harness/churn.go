@@ -1,6 +1,6 @@
 package main
 
-// Disk under churn (issue 12, item 6): minutes of kube-apiserver-shaped
+// Disk under churn: minutes of kube-apiserver-shaped
 // updates on a fixed set of keys with kube-apiserver's compactor running,
 // then each store's own space reclamation; disk use against the live data,
 // and throughput over time.

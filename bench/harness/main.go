@@ -1,10 +1,12 @@
 // Command harness is `make bench`: it starts the ceiling server, a real etcd
-// 3.6 and Engram (badger, memkv, memkv.wasm; and on PostgreSQL and MariaDB
-// beside kine, sql.go) one at a time on 127.0.0.1,
-// runs every `engram bench` workload against each with identical parameters,
-// repeats, measures server memory after loading N objects, snapshots that
-// loaded server with etcdctl and restores the file with the store's own
-// tool, and writes BENCHMARKS.md with the medians, ratios and a chart.
+// 3.6 and Engram (badger, pebble, memkv, memkv.wasm; and on PostgreSQL and
+// MariaDB beside kine, sql.go) one at a time on 127.0.0.1, runs every
+// `engram bench` workload against each with identical parameters, repeats,
+// measures server memory after loading N objects, snapshots that loaded
+// server with etcdctl and restores the file with the store's own tool, and
+// writes BENCHMARKS.md with the medians, ratios and a chart. Optional parts
+// add a small cluster's memory and disk (smallcluster.go), cost curves
+// over the data size (scale.go) and disk under churn (churn.go).
 //
 // It owns orchestration and reporting only: the load comes from the engram
 // binary's bench subcommand (so every number in the report can be reproduced

@@ -1,6 +1,6 @@
 package main
 
-// Cost curves (issue 12, item 5): how each cost of a store grows with the
+// Cost curves: how each cost of a store grows with the
 // data it holds. One fresh server per store is grown step by step to each
 // scale point (--scale, e.g. 10k, 100k, 1M, 5M objects) and measured there:
 // get and create throughput, one full paginated list of a prefix of

@@ -1,6 +1,6 @@
 package main
 
-// The small cluster (issue 24, point 4): memory and disk of each store after
+// The small cluster: memory and disk of each store after
 // the objects of a small Kubernetes cluster have gone through their life
 // (`engram bench --workloads=small-cluster`), where most clusters are, beside
 // the million-object memory measurement.

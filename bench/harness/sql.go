@@ -11,7 +11,7 @@ import (
 	"github.com/engramkv/engram/internal/proctest"
 )
 
-// The SQL stores (issue 24): Engram on its wasm adaptors and kine, each on a
+// The SQL stores: Engram on its wasm adaptors and kine, each on a
 // throwaway database server the harness starts, with a fresh database for
 // every store run.
 const (

@@ -6,14 +6,14 @@ import (
 	"strings"
 )
 
-// Issue 24's targets for Engram on a SQL database, measured in the same run.
+// The targets Engram on a SQL database must meet, measured in the same run.
 const (
 	sqlCreateOfBadger = 0.5 // creates/s at least this fraction of Engram on badger's
 	sqlCreateP99      = 500 // ms
 )
 
 // writeSQL is the report's section on the SQL stores: a table per database
-// with Engram beside kine and Engram on badger, and issue 24's targets.
+// with Engram beside kine and Engram on badger, and the targets above.
 func (h *harness) writeSQL(b *strings.Builder) {
 	ran := map[string]bool{}
 	for _, s := range h.ran() {
@@ -27,7 +27,7 @@ func (h *harness) writeSQL(b *strings.Builder) {
 		return
 	}
 	w := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	w("\n## Engram and kine on SQL databases (issue 24)\n\n")
+	w("\n## Engram and kine on SQL databases\n\n")
 	w("One throwaway server per database on 127.0.0.1, started by the harness for the run and shared by its stores, a fresh database for every store run; the same settings for Engram and kine: %s. ", sqlSettingsNote())
 	w("Engram runs its wasm adaptor (`bin/postgres.wasm`, `bin/mysql.wasm`) with its defaults; kine (`bench/kine`, kine's own entry point built from the module proxy) with its own. ")
 	w("kine is measured on create only: it accepts only the transaction shapes kube-apiserver sends, so `engram bench`'s preload (transactions of many puts), and every workload built on it, is refused. ")
@@ -77,14 +77,14 @@ func (h *harness) writeSQL(b *strings.Builder) {
 			}
 		}
 	}
-	w("\n#### Targets (issue 24)\n\n")
+	w("\n#### Targets\n\n")
 	w("| target | required | measured | |\n| --- | --- | --- | --- |\n")
 	for _, r := range h.sqlTargets() {
 		w("| %s | %s | %s | %s |\n", r.name, r.required, r.measured, metWord(r.ok, r.known))
 	}
 }
 
-// sqlTargets are issue 24's targets for each database's Engram store.
+// sqlTargets judges the targets for each database's Engram store.
 func (h *harness) sqlTargets() []targetRow {
 	var rows []targetRow
 	bd := median(h.results(storeBadger, "create"), tput)

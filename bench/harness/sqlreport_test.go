@@ -7,7 +7,7 @@ import (
 	"github.com/engramkv/engram/bench/result"
 )
 
-// TestSQLTargets judges issue 24's targets from made-up runs: PostgreSQL
+// TestSQLTargets judges the SQL stores' targets from made-up runs: PostgreSQL
 // meets them all, MariaDB misses each one.
 func TestSQLTargets(t *testing.T) {
 	run := func(rs ...result.Result) []*result.Report { return []*result.Report{{Results: rs}} }

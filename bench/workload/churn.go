@@ -15,7 +15,7 @@ import (
 
 // Churn is a long run of updates on a fixed set of keys while a compactor
 // shaped like kube-apiserver's runs every Config.CompactEvery: what a
-// cluster's store sees for hours, and what its disk must survive (issue 12).
+// cluster's store sees for hours, and what its disk must survive.
 // It is not part of "all": it is meant to run for minutes.
 const Churn = "churn"
 

@@ -3,8 +3,11 @@
 // bench/README.md, "kube-apiserver's requests") and measures throughput and
 // latency.
 //
-// It owns the workloads (create, get, update, list, delete, mixed, watch and
-// the load used for memory measurements), key and value generation,
+// It owns the workloads (create, get, update, list, delete, mixed, watch,
+// the load used for memory measurements, and two that are not part of
+// "all": churn, updates under kube-apiserver's compactor, and
+// small-cluster, a small cluster's objects through their life), key and
+// value generation,
 // preloading, pacing, latency recording and the progress display. It must
 // not start servers, know which store it talks to, or keep state between
 // runs: the caller passes everything in a Config and gets a result.Report.

@@ -111,8 +111,8 @@ func (r *runner) close() {
 	}
 }
 
-// conn is the connection client i uses: round-robin, as the model of
-// 300 clients over 10 connections.
+// conn is the connection client i uses: round-robin, as the benchmarks'
+// model of 300 clients over 10 connections.
 func (r *runner) conn(i int) *clientv3.Client { return r.conns[i%len(r.conns)] }
 
 func (r *runner) serverVersion(ctx context.Context) string {

@@ -4,15 +4,30 @@
 // lease is written, and etcd's HashKV rule over those records.
 //
 // Engram never stores data in this format; it speaks it at the edges: the
-// Snapshot RPC and `engram snapshot restore` (package snapshot), HashKV
-// (package mvcc) and migration. Keeping the format here, bit for bit, is
-// what lets `etcdctl endpoint hashkv` agree between etcd and Engram and lets
-// `etcdutl snapshot restore` accept a file Engram wrote.
+// Snapshot RPC and `engram snapshot restore` (packages snapshot and
+// backup, the bulk import in mvcc), HashKV (package mvcc) and migration.
+// Keeping the format here, bit for bit, is what lets `etcdctl endpoint
+// hashkv` agree between etcd and Engram and lets `etcdutl snapshot
+// restore` accept a file Engram wrote.
 //
-// It must stay a pure byte transform: no I/O, no knowledge of Engram's own
-// record layout. The facts below were checked against etcd v3.6
-// (server/storage/mvcc/revision.go, kvstore_txn.go, hash.go, key_index.go;
-// server/lease/leasepb).
+// Files:
+//
+//   - etcdfmt.go: bucket names and meta keys, revisions and bucket keys,
+//     Entry (one row of the key bucket), leases, and the HashKV rule
+//     (Hasher, Hashed);
+//   - keyvalue.go: KeyValue, the key bucket's value, with its own
+//     protobuf codec that keeps fields it does not know;
+//   - sort.go: Sorter, which puts entries in revision order (or in key
+//     order) in bounded memory, for the edges above whose rows need not
+//     fit in memory (snapshots, bulk restore, HashKV, migration).
+//
+// The format's encoding and decoding are pure byte transforms. The one
+// I/O the package does is Sorter's: it spills sorted runs to a temporary
+// file in a directory its caller names (or os.TempDir) and removes it on
+// Close. It must
+// not know Engram's own record layout nor touch a store. The facts below
+// were checked against etcd v3.6 (server/storage/mvcc/revision.go,
+// kvstore_txn.go, hash.go, key_index.go; server/lease/leasepb).
 //
 // # Bucket key
 //

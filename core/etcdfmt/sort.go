@@ -35,8 +35,8 @@ const (
 // Rows are kept encoded in blocks of bytes rather than as Entry values so
 // that a batch costs its bytes plus a small index entry and no allocation
 // per row; blocks, unlike one growing buffer, are never copied, and serve
-// the next batch after a spill (issue 26: a doubling buffer was most of
-// what a snapshot allocated).
+// the next batch after a spill (a doubling buffer was most of what a
+// snapshot allocated).
 // All runs go to a single spill file, each run a section of it, so a merge
 // needs one file descriptor however many runs there are.
 //

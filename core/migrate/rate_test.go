@@ -37,8 +37,9 @@ func envInt(t *testing.T, name string, def int) int {
 
 // TestFollowRate measures how far the follow phase falls behind a source
 // (a real etcd, or kine on PostgreSQL with ENGRAM_MIGRATE_SOURCE=kine)
-// taking ENGRAM_MIGRATE_RATE writes/s (default 3000: issue 26's figure)
-// for ENGRAM_MIGRATE_SECONDS (default 20): 512-byte puts on 5000 keys
+// taking ENGRAM_MIGRATE_RATE writes/s (default 3000, the rate of
+// DESIGN.md's "Follow-phase rate") for ENGRAM_MIGRATE_SECONDS (default
+// 20): 512-byte puts on 5000 keys
 // from 64 clients, paced. It samples the committed position against the
 // last acknowledged write every 250 ms, and after the load how long the
 // migration takes to catch up. It asserts nothing about speed (the numbers

@@ -40,7 +40,8 @@ import (
 //   - full: the whole server (interceptors, etcdapi, mvcc, watch hub) on
 //     memkv, with a metrics registry as cmd/engram has.
 //
-// The workloads are kube-apiserver's request shapes (issue 5): a create
+// The workloads are kube-apiserver's request shapes (bench/README.md,
+// "kube-apiserver's requests"): a create
 // is Txn{If mod(k)=0 Then Put} of a fresh random 70-byte key with a
 // 512-byte value, an update Txn{If mod(k)=rev Then Put Else Get}, a get a
 // linearizable Range{k, limit 1}; put is a plain Put of a fresh key.

@@ -25,7 +25,7 @@ import (
 )
 
 // Differential tests of HashKV and snapshots after transactions that change
-// one key twice in one revision (issue 14): etcd's key bucket holds every
+// one key twice in one revision: etcd's key bucket holds every
 // change under its own (main, sub) revision, the superseded ones included,
 // until compaction removes them, and HashKV and a snapshot carry them.
 

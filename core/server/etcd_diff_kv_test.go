@@ -18,8 +18,8 @@ import (
 )
 
 // Differential tests of compaction's revisions, Range's sorting and limit,
-// and RequestProgress beside a compacted watcher (issue 14, items 9, 11,
-// 12, 18), and the pinned refusal of an over-long key (item 10).
+// and RequestProgress beside a compacted watcher, and the pinned refusal
+// of an over-long key.
 
 // restartablePair is a pair over an etcd data directory and an Engram
 // store that outlive their servers, with Maintenance clients too.
@@ -102,7 +102,7 @@ func (p *pair) put(t *testing.T, ctx context.Context, key, value string) {
 // TestDiffCompactRevisions: etcd's compacted revision starts at -1, so a
 // store never compacted accepts Compact(0) and Compact(1) once each and
 // refuses negative revisions; once compacted at C it refuses C and below;
-// a revision above the current one is a future revision (item 9).
+// a revision above the current one is a future revision.
 func TestDiffCompactRevisions(t *testing.T) {
 	t.Parallel()
 	p, ctx := newPair(t)
@@ -118,7 +118,7 @@ func TestDiffCompactRevisions(t *testing.T) {
 }
 
 // TestDiffCompactAfterRestart: whether a store was ever compacted survives
-// a restart (item 9): a store never compacted still accepts Compact(0)
+// a restart: a store never compacted still accepts Compact(0)
 // after one, and one compacted at 0 refuses it after one; HashKV's
 // compact_revision tells the two apart too.
 func TestDiffCompactAfterRestart(t *testing.T) {
@@ -157,10 +157,10 @@ func showRange(r *pb.RangeResponse) string {
 
 // TestDiffSortAndLimit: etcd's Range sorts with an unstable sort over key
 // order, DESCEND being the same sort over the reversed comparison, so the
-// order among equal sort keys is its algorithm's (item 12); it sorts all
+// order among equal sort keys is its algorithm's; it sorts all
 // then cuts to the limit, except with a sort target and sort order NONE and
 // no filter, where it reads limit+1 keys in key order, sorts those and
-// cuts (item 11). Count and More follow. A Txn's Range answers the same.
+// cuts. Count and More follow. A Txn's Range answers the same.
 // The range holds 40 keys, more than a sort of 12 does by insertion (which
 // is stable), with equal create, mod and version revisions and values.
 func TestDiffSortAndLimit(t *testing.T) {
@@ -237,7 +237,7 @@ func (w watchPair) send(t *testing.T, req *pb.WatchRequest) {
 
 // TestDiffProgressBesideCompactedWatcher: etcd never answers a
 // RequestProgress on a stream without watchers. A watcher a compaction
-// cancelled stays on its stream until the client cancels it (item 18): meanwhile its
+// cancelled stays on its stream until the client cancels it: meanwhile its
 // ID stays taken and etcd drops every RequestProgress, never answering it,
 // not even once the client cancelled the watcher; the cancel itself is
 // confirmed, and requests after it are answered. Each dropped request is
@@ -267,7 +267,7 @@ func TestDiffProgressBesideCompactedWatcher(t *testing.T) {
 }
 
 // TestKeyOverLimitMessage pins Engram's refusal of a key over its 32 KiB
-// limit (item 10, a deliberate difference: etcd bounds only the request's
+// limit (a deliberate difference: etcd bounds only the request's
 // size): every request carrying the key is refused with InvalidArgument
 // naming the key's size, its size with 0x00 bytes counted twice (the
 // engines' encoding doubles them) and the limit; a watch is refused the way

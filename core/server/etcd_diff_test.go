@@ -19,8 +19,7 @@ import (
 
 // The differential tests send the same raw requests to a real etcd 3.6 and
 // to Engram and compare the answers: etcd is the oracle, not a reading of
-// its code. Each case is a difference a differential run once found (issue
-// 14's list; the number is its item).
+// its code. Each case is a difference a differential run once found.
 
 // pair is one etcd and one Engram, each fresh, each with raw gRPC clients
 // so that requests clientv3 would refuse to build reach the servers.
@@ -93,7 +92,7 @@ func showTxn(r *pb.TxnResponse) string {
 }
 
 // TestDiffCompareUnknownTargetAndResult: etcd evaluates a compare whose
-// target or result it does not know instead of refusing it (item 5): an
+// target or result it does not know instead of refusing it: an
 // unknown result holds; an unknown target compares nothing, so its result
 // decides alone. Both on a missing and on a present key.
 func TestDiffCompareUnknownTargetAndResult(t *testing.T) {
@@ -116,7 +115,7 @@ func TestDiffCompareUnknownTargetAndResult(t *testing.T) {
 }
 
 // TestDiffEmptyRequestOp: etcd refuses a transaction holding an empty op
-// with InvalidArgument "etcdserver: key not found" (item 6), in either
+// with InvalidArgument "etcdserver: key not found", in either
 // branch and in a nested transaction.
 func TestDiffEmptyRequestOp(t *testing.T) {
 	t.Parallel()
@@ -133,7 +132,7 @@ func TestDiffEmptyRequestOp(t *testing.T) {
 }
 
 // TestDiffNegativeLeaseID: etcd grants a lease with a negative ID the
-// client chose (item 13), and the lease then works like any other: keys
+// client chose, and the lease then works like any other: keys
 // attach to it, TimeToLive lists them, Leases lists it, a second grant of
 // the ID is refused and revoking it deletes its keys.
 func TestDiffNegativeLeaseID(t *testing.T) {
@@ -214,8 +213,8 @@ func createWatch(c *pb.WatchCreateRequest) *pb.WatchRequest {
 }
 
 // TestDiffWatchCreateRefusals: etcd refuses a watch on an empty range
-// (range_end at or below the key, item 14), a negative start revision
-// (item 15) and a duplicate client-chosen ID (item 16) with watch ID -1,
+// (range_end at or below the key), a negative start revision and a
+// duplicate client-chosen ID with watch ID -1,
 // created and canceled, and such a refusal takes no ID from the stream, so
 // the IDs of later watches agree too.
 func TestDiffWatchCreateRefusals(t *testing.T) {
@@ -242,7 +241,7 @@ func TestDiffWatchCreateRefusals(t *testing.T) {
 }
 
 // TestDiffWatchBelowCompaction: a watch from below the compacted revision
-// is created, then canceled with the compacted revision (item 17: etcd's
+// is created, then canceled with the compacted revision (etcd's
 // cancel carries header revision 0).
 func TestDiffWatchBelowCompaction(t *testing.T) {
 	t.Parallel()

@@ -14,10 +14,10 @@ import (
 	"github.com/engramkv/engram/core/server/servertest"
 )
 
-// Differential tests of transactions (issue 14, items 1, 2, 3, 4, 7, 8):
-// the headers inside a Txn, a Range at a revision inside one, the
-// duplicate-key rule, the op limit with nesting, the revision bounds of a
-// Range inside a Txn, and which error a put's checks give first.
+// Differential tests of transactions: the headers inside a Txn, a Range at
+// a revision inside one, the duplicate-key rule, the op limit with
+// nesting, the revision bounds of a Range inside a Txn, and which error a
+// put's checks give first.
 
 // Building blocks for raw requests.
 
@@ -121,7 +121,7 @@ func (p *pair) everything(t *testing.T, ctx context.Context, what string, rev in
 }
 
 // TestDiffTxnOpHeaders: the header of each response inside a Txn is the
-// revision the transaction had reached when the op ran (item 1): a delete
+// revision the transaction had reached when the op ran: a delete
 // of nothing or a range before any change sees the revision before the
 // transaction, a put the one being written, a nested transaction's header
 // is empty; none carries the cluster's identity.
@@ -141,7 +141,7 @@ func TestDiffTxnOpHeaders(t *testing.T) {
 }
 
 // TestDiffTxnRangeAtRevision: a Range at an explicit revision inside a
-// write Txn reads that revision, not the transaction's own writes (item 2),
+// write Txn reads that revision, not the transaction's own writes,
 // whether the revision is an old one or the one before the transaction; a
 // revision above that is a future one, the one being written included.
 func TestDiffTxnRangeAtRevision(t *testing.T) {
@@ -161,7 +161,7 @@ func TestDiffTxnRangeAtRevision(t *testing.T) {
 }
 
 // TestDiffTxnDuplicateKeyRule: etcd's duplicate-key rule reads a delete's
-// range end literally and checks nested transactions in order (item 3); a
+// range end literally and checks nested transactions in order; a
 // transaction it accepts that writes a key twice applies its ops in order,
 // and the reads, the history and the watch events after it are etcd's.
 func TestDiffTxnDuplicateKeyRule(t *testing.T) {
@@ -214,7 +214,7 @@ func showEvents(r *pb.WatchResponse) string {
 }
 
 // TestDiffTxnNestedOpLimit: a nested transaction may be only as wide as
-// its parent's widest list left of the limit (item 4).
+// its parent's widest list left of the limit.
 func TestDiffTxnNestedOpLimit(t *testing.T) {
 	t.Parallel()
 	p, ctx := newPair(t)
@@ -243,7 +243,7 @@ func TestDiffTxnNestedOpLimit(t *testing.T) {
 // at least the first readable one and at most the current one, so -1 is
 // the current revision until the first compaction and refused after it,
 // and -2 always; a plain Range takes every revision up to 0 as the current
-// one (item 7).
+// one.
 func TestDiffTxnRangeRevisionBounds(t *testing.T) {
 	t.Parallel()
 	p, ctx := newPair(t)
@@ -273,7 +273,7 @@ func TestDiffTxnRangeRevisionBounds(t *testing.T) {
 }
 
 // TestDiffPutCheckOrder: which error a put with ignore_value and an
-// unknown lease on a missing key gives (item 8): in a Txn etcd checks the
+// unknown lease on a missing key gives: in a Txn etcd checks the
 // key first, in a Put request the lease first.
 func TestDiffPutCheckOrder(t *testing.T) {
 	t.Parallel()
@@ -303,7 +303,7 @@ func TestDiffPutCheckOrder(t *testing.T) {
 // TestDiffTxnDoubleChangeReplayed: after a restart, a watch from the
 // first revision replays a key changed twice in one transaction as etcd
 // does: every change in order with its value, and the prev_kv of the
-// version before the revision (the history Engram keeps on disk, item 3).
+// version before the revision (the history Engram keeps on disk).
 func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
 	t.Parallel()
 	rp, ctx := newRestartablePair(t)

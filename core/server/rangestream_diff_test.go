@@ -22,8 +22,7 @@ import (
 	"github.com/engramkv/engram/plugins/memkv"
 )
 
-// Differential tests of etcd 3.7's KV.RangeStream (issue 14, "What to
-// build" 3): the same raw requests to a real etcd 3.7.0 and to Engram, the
+// Differential tests of etcd 3.7's KV.RangeStream: the same raw requests to a real etcd 3.7.0 and to Engram, the
 // whole sequence of chunks compared (each chunk's key-values, the final
 // header revision, More and Count) and errors compared by code and
 // message. Only the header's cluster ID, member ID and raft term are left

@@ -10,7 +10,10 @@
 // (members.go) with the changes etcdctl's member commands make on the
 // leader, a learner's limits (learner.go), and the members' published
 // versions, from which it decides the cluster version that gates new
-// formats and answers Downgrade (clusterversion.go, downgrade.go). It does
+// formats and answers Downgrade (clusterversion.go, downgrade.go). It also
+// owns the gRPC interceptors around the services and the Prometheus
+// metrics they and the core's parts feed: Engram's own series (metrics.go)
+// and etcd's, with etcd's names, so dashboards made for etcd work. It does
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
 //

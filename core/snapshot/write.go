@@ -83,7 +83,7 @@ func Write(ctx context.Context, path string, opts WriteOptions, rows func(yield 
 	// A large initial mapping (address space, not memory) spares the
 	// remaps bbolt does as the file grows, each of which copies every
 	// node of the open transaction out of the old mapping: most of what
-	// a snapshot allocated (issue 26).
+	// a snapshot allocated.
 	db, err := bolt.Open(path, 0o600, &bolt.Options{NoSync: true, InitialMmapSize: initialMmapSize})
 	if err != nil {
 		_ = os.Remove(path)

@@ -13,9 +13,9 @@
 // process dies, is internal/proctest's.
 //
 // It must stay a test helper with no dependencies beyond the standard
-// library (the root module must not pull in a MySQL driver: Exec runs
-// SQL through the mariadb client), and it must never touch a server it did
-// not start.
+// library and internal/proctest (the root module must not pull in a MySQL
+// driver: Exec runs SQL through the mariadb client), and it must never
+// touch a server it did not start.
 package mysqltest
 
 import (

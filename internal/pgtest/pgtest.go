@@ -12,8 +12,9 @@
 // internal/proctest's.
 //
 // It must stay a test helper with no dependencies beyond the standard
-// library (the root module must not pull in a PostgreSQL driver), and it
-// must never touch a PostgreSQL it did not start.
+// library and internal/proctest (the root module must not pull in a
+// PostgreSQL driver), and it must never touch a PostgreSQL it did not
+// start.
 package pgtest
 
 import (

@@ -4,10 +4,13 @@
 // B-tree, internal/btree, which the wasm test plugin testplugins/memkv
 // shares: a Commit changes the tree under a mutex and publishes a frozen
 // version of it atomically, so Get never locks and Scan takes an O(1)
-// snapshot that later commits cannot disturb. It must stay a faithful,
-// dependency-free implementation of the kv contract, because the core's
-// tests and benchmarks use it as the reference adaptor; it must not grow
-// durability, eviction or any behaviour the contract does not ask for.
+// snapshot that later commits cannot disturb. It also answers the optional
+// kv.Sizer (the bytes of the keys and values it holds, so the quota guards
+// its memory) and kv.Reclaimer (with nothing to give back). It must stay a
+// faithful implementation of the kv contract, depending on nothing beyond
+// core/kv and internal/btree, because the core's tests and benchmarks use
+// it as the reference adaptor; it must not grow durability, eviction or
+// any behaviour the contract does not ask for.
 package memkv
 
 import (

@@ -60,7 +60,7 @@ func TestAuthEtcdctlRefusal(t *testing.T) {
 	wantGet, wantPut, _ := authRefusals(t, e.Endpoint)
 	t.Logf("etcd: get %q put %q", wantGet, wantPut)
 	if !strings.Contains(wantGet, "etcdserver: permission denied") {
-		t.Fatalf("etcd's refusal is not what the issue names: %s", wantGet)
+		t.Fatalf("etcd's refusal is not etcd 3.6's permission denied: %s", wantGet)
 	}
 	n := startNode(t, nodeOptions{})
 	get, put, ok := authRefusals(t, n.endpoint)

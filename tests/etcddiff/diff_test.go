@@ -224,7 +224,7 @@ func (r *run) loop(t *testing.T, nops int) {
 // sends a synced watcher one response per revision; Engram's watchers
 // send what has accumulated since their last response in one (core/
 // internal/watch hub.go), so with writes landing between two reads the
-// framing depends on timing (gen-findings F4). ENGRAM_DIFF_FLUSH=4 reads
+// framing depends on timing. ENGRAM_DIFF_FLUSH=4 reads
 // less often, to look at that; anything up to ~20 stays far below etcd's
 // 128-response stream buffer, past which a watcher falls out of sync.
 const defaultFlushEvery = 1

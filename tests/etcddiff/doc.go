@@ -1,5 +1,5 @@
 // Package etcddiff is a seeded differential test of Engram against a real
-// etcd 3.6 (issue 14): a generator of random KV, Txn, Lease and Watch
+// etcd 3.6: a generator of random KV, Txn, Lease and Watch
 // requests, malformed ones included, over a small key space where
 // operations collide; a runner that sends each request over raw gRPC to one
 // oracle etcd and, at the same time, to every target (a second etcd, and

@@ -124,7 +124,7 @@ func (g *gen) txnReq(depth int) func(lidFunc) *pb.TxnRequest {
 			// whole server exits) when an earlier op of the same
 			// transaction deleted the key: a Txn [DeleteRange k, Put k
 			// ignore_value] crashes it. The generator does not send what
-			// kills the oracle; the findings file has the reproduction.
+			// kills the oracle.
 			walkTxn(t, func(op *pb.RequestOp) bool {
 				if p := op.GetRequestPut(); p != nil {
 					p.IgnoreValue, p.IgnoreLease = false, false
@@ -166,7 +166,7 @@ func (g *gen) txnOp() *op {
 		// transaction is accepted and changes the put's key twice in one
 		// revision. After a compaction past that revision, etcd 3.6 exits
 		// on the next read of the key ("range failed to find revision
-		// pair", mvcc/kvstore_txn.go; gen-findings E2). Such deletes end
+		// pair", mvcc/kvstore_txn.go). Such deletes end
 		// at the prefix end instead, where the rule applies. The delete
 		// requests are the builder's own, shared by every build, and this
 		// runs before any.

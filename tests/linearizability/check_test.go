@@ -88,9 +88,9 @@ func TestCheckerStaleRead(t *testing.T) {
 	t.Fatal("no read to make stale")
 }
 
-// TestCheckerRevisionRegression plants issue 10's bug: a read that returns
-// a lower revision than a read another client completed before it began,
-// though everything else about it is consistent.
+// TestCheckerRevisionRegression plants a bug the cluster runs once met: a
+// read that returns a lower revision than a read another client completed
+// before it began, though everything else about it is consistent.
 func TestCheckerRevisionRegression(t *testing.T) {
 	s := synthesize(correct(2))
 	for i, late := range s.Ops {
@@ -193,9 +193,9 @@ func TestCheckerTiming(t *testing.T) {
 	}
 }
 
-// TestCheckerWriteAppliedTwice replays, in small, what run (c) recorded
-// before core/internal/etcdapi stopped answering Canceled for a forwarded write cut by
-// a leader change: the client resent the Put, which the old route had
+// TestCheckerWriteAppliedTwice replays, in small, what
+// TestClusterSharedStoreFaults recorded before core/internal/etcdapi
+// stopped answering Canceled for a forwarded write cut by a leader change: the client resent the Put, which the old route had
 // already applied, so one Put shows at two revisions and its answer names
 // itself as the previous value.
 func TestCheckerWriteAppliedTwice(t *testing.T) {

@@ -19,8 +19,9 @@ const galeraLease = 2 * time.Second
 // transfer); pauses the mariadbd under a follower (SIGSTOP, a partition
 // stand-in) and resumes it; and pauses two of the three mariadbd, which
 // takes the quorum from the third: writes are refused until they return,
-// with no split brain. Issue 25's run, in which a read's revision went
-// back by one after a leader's uncertain commit.
+// with no split brain. This run once recorded a read's revision going
+// back by one after a leader's uncertain commit (DESIGN.md, "The read
+// barrier").
 func TestClusterGaleraFaults(t *testing.T) {
 	plugin := proctest.BuiltFile(t, "../../bin/mysql.wasm", "adaptors")
 	cluster := mysqltest.StartGalera(t, 3)

@@ -23,7 +23,7 @@ import (
 
 // TestSingleNodeKill9 runs one engram process on badger and kills it with
 // SIGKILL every 2-4 s, restarting it on the same data directory, under the
-// load: run (a) of issue 10.
+// load.
 func TestSingleNodeKill9(t *testing.T) {
 	p := startProc(t, "lin-single")
 	runChecked(t, runConfig{
@@ -40,12 +40,13 @@ func TestSingleNodeKill9(t *testing.T) {
 	})
 }
 
-// pgLease is the cluster lease over PostgreSQL, as issue 10 ran it.
+// pgLease is the cluster lease over PostgreSQL the runs are specified
+// with.
 const pgLease = 2 * time.Second
 
 // TestClusterPostgresLeaderKill9 runs three engram processes over one
 // PostgreSQL through postgres.wasm and kills the leader with SIGKILL every
-// few seconds, restarting it as a follower, under the load: run (b).
+// few seconds, restarting it as a follower, under the load.
 func TestClusterPostgresLeaderKill9(t *testing.T) {
 	plugin := proctest.BuiltFile(t, "../../bin/postgres.wasm", "adaptors")
 	pg := pgtest.Start(t)
@@ -180,14 +181,15 @@ const memberLease = time.Second
 // memkv store, each seeing it through its own fault wrapper, and in turn
 // kills the leader, partitions the leader from the store, partitions a
 // follower, and makes the leader's next commits uncertain (one applied, one
-// not), under the load: run (c).
+// not), under the load.
 func TestClusterSharedStoreFaults(t *testing.T) {
 	shared := memkv.New()
 	t.Cleanup(func() { _ = shared.Close() })
 	sharedStoreRun(t, func(int) kv.Store { return shared })
 }
 
-// TestClusterTiKVMockFaults is run (c) over client-go's mock TiKV, each node
+// TestClusterTiKVMockFaults is TestClusterSharedStoreFaults's run over
+// client-go's mock TiKV, each node
 // with its own client (ENGRAM_LIN_SOAK only).
 func TestClusterTiKVMockFaults(t *testing.T) {
 	if !soak() {
@@ -208,7 +210,8 @@ func TestClusterTiKVMockFaults(t *testing.T) {
 	})
 }
 
-// TestClusterTiKVChurnFaults is run (c) over client-go's mock TiKV while
+// TestClusterTiKVChurnFaults is TestClusterSharedStoreFaults's run over
+// client-go's mock TiKV while
 // its regions split, merge and change leaders under the nodes' requests
 // (every 50th request of all of them; tikvmock's churn) and PD learns of
 // each change 25 requests late, each node with its own client: the

@@ -72,6 +72,17 @@ func needTxn(r *pb.TxnRequest, keys leaseKeysFunc) func(auth.Checker, *auth.Info
 	return func(c auth.Checker, ai *auth.Info) error { return checkTxn(c, ai, keys, r) }
 }
 
+// permitsPut and permitsTxn are checkPut and checkTxn with the lease keys
+// of the role the request runs under (serveWrite), found only once auth
+// asks for them.
+func permitsPut(c auth.Checker, ai *auth.Info, role *Role, r *pb.PutRequest) error {
+	return checkPut(c, ai, role.leaseKeys(), r)
+}
+
+func permitsTxn(c auth.Checker, ai *auth.Info, role *Role, r *pb.TxnRequest) error {
+	return checkTxn(c, ai, role.leaseKeys(), r)
+}
+
 // checkPut: write on the key; a lease already holding keys the caller
 // may not write cannot be attached (revoking it would delete them); a
 // prev_kv answer reads the key.

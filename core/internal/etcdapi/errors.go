@@ -3,17 +3,31 @@
 // and the lessor.
 //
 // It owns the wire contract: request validation with etcd's exact errors,
-// limits, the headers of top-level responses (those inside a Txn come from
-// mvcc, which executed it), RangeStream's chunking, and the watch stream's
-// IDs and progress requests (the hub frames events into responses). In
-// cluster mode it also decides where a request is served: here, forwarded
-// to the leader (role.go), or held until the node's next role when it met
-// a node between roles and certainly had no effect (reroute.go), and which
-// calls an etcd learner serves (learner.go; the server applies the rule).
-// Member changes it checks (URLs) and routes to the leader; the server
-// carries them out (Membership). It must
-// not hold data or decide semantics that belong to mvcc or watch; it
+// limits, the order of a request's checks, the headers of top-level
+// responses (those inside a Txn come from mvcc, which executed it),
+// RangeStream's chunking, and the watch stream's IDs and progress requests
+// (the hub frames events into responses). It decides which permissions
+// each request needs, as etcd does, and asks the auth state (package auth)
+// whether the caller holds them; it raises and clears alarms and refuses
+// writes over the space quota. In cluster mode it also decides where a
+// request is served: here, forwarded to the leader (forward.go), or held
+// until the node's next role when it met a node between roles and
+// certainly had no effect (reroute.go), and which calls an etcd learner
+// serves (learner.go; the server applies the rule). Member changes it
+// checks (URLs) and routes to the leader; the server carries them out
+// (Membership), as it does Downgrade (Downgrader). Beyond the alarms (a
+// meta record, alarm.go) and the quota's size estimate it holds no data,
+// and it must not decide semantics that belong to mvcc, watch or auth; it
 // translates.
+//
+// Files: service.go (the services, the node's Role), errors.go (backend
+// errors as etcd's gRPC errors), validate.go (limits), kv.go (KV, and the
+// one sequence of checks of Put and Txn), rangestream.go, watch.go,
+// lease.go, maintenance.go, alarm.go and quota.go (alarms, the space
+// quota), cluster.go (members), downgrade.go, auth.go (the Auth service),
+// authz.go and authz_admin.go (the permissions each request needs),
+// forward.go (leader forwarding), reroute.go (waiting for the next role),
+// learner.go.
 package etcdapi
 
 import (

@@ -4,29 +4,16 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/engramkv/engram/core/internal/auth"
+	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
 type kvServer struct {
 	pb.UnimplementedKVServer
 	s *Services
-}
-
-// admitWrite runs the checks etcd makes of a Put or Txn before serving or
-// forwarding it, in etcd's order: the quota first (on the leader, which
-// alone knows the store's size), then the request's own limits (invalid,
-// the error limits found), then auth.
-func (s *Services) admitWrite(ctx context.Context, role *Role, r any, invalid error, need func(auth.Checker, *auth.Info) error) error {
-	if role.leading() {
-		if err := s.admitQuota(ctx, role, r); err != nil {
-			return err
-		}
-	}
-	if invalid != nil {
-		return invalid
-	}
-	return s.authorize(ctx, need)
 }
 
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
@@ -52,21 +39,66 @@ func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResp
 }
 
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
-	if err := k.s.limits.checkSize(r); err != nil {
-		return nil, err
+	return serveWrite(ctx, k.s, r, write[*pb.PutRequest, *pb.PutResponse]{
+		limits:  Limits.checkPut,
+		permits: permitsPut,
+		forward: pb.KVClient.Put,
+		apply:   (*mvcc.Backend).Put,
+		header:  func(resp *pb.PutResponse) **pb.ResponseHeader { return &resp.Header },
+	})
+}
+
+// write is what tells a Put from a Txn on their way in; everything else
+// about serving them is serveWrite's one sequence.
+type write[Req proto.Message, Resp any] struct {
+	// limits checks the request's own limits (keys, ops, leases named).
+	limits func(Limits, Req) error
+	// permits checks that the caller may make the request, with the
+	// leases of the role it runs under.
+	permits func(auth.Checker, *auth.Info, *Role, Req) error
+	// forward is the leader's method a follower sends the request to.
+	forward func(pb.KVClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
+	// apply is the backend's method the leader serves it with.
+	apply func(*mvcc.Backend, context.Context, Req) (Resp, error)
+	// header is the response's top-level header, which fillHeader
+	// completes.
+	header func(Resp) **pb.ResponseHeader
+}
+
+// serveWrite serves a Put or a Txn with the checks etcd makes of them, in
+// etcd's order, so that a request wrong in several ways gets etcd's answer:
+// the request's size; then, under the node's role, the quota (on the
+// leader, which alone knows the store's size, so an over-quota write gets
+// etcd's no-space answer whatever else is wrong with it), the request's
+// own limits, and auth. A follower forwards what passed them to the leader,
+// so a refused write never leaves it; the leader applies it. The
+// differential tests against etcd (core/server's Diff tests and
+// tests/etcddiff) pin this order.
+func serveWrite[Req proto.Message, Resp any](ctx context.Context, s *Services, r Req, w write[Req, Resp]) (Resp, error) {
+	var none Resp
+	if err := s.limits.checkSize(r); err != nil {
+		return none, err
 	}
-	return serveWithRole(ctx, k.s, true, func(role *Role) (*pb.PutResponse, error) {
-		if err := k.s.admitWrite(ctx, role, r, k.s.limits.checkPut(r), needPut(r, role.leaseKeys())); err != nil {
-			return nil, err
+	return serveWithRole(ctx, s, true, func(role *Role) (Resp, error) {
+		if role.leading() {
+			if err := s.admitQuota(ctx, role, r); err != nil {
+				return none, err
+			}
+		}
+		if err := w.limits(s.limits, r); err != nil {
+			return none, err
+		}
+		if err := s.authorize(ctx, func(c auth.Checker, ai *auth.Info) error { return w.permits(c, ai, role, r) }); err != nil {
+			return none, err
 		}
 		if !role.leading() {
-			return forward(ctx, role, pb.NewKVClient, pb.KVClient.Put, r)
+			return forward(ctx, role, pb.NewKVClient, w.forward, r)
 		}
-		resp, err := role.Backend.Put(ctx, r)
+		resp, err := w.apply(role.Backend, ctx, r)
 		if err != nil {
-			return nil, fromBackend(err)
+			return none, fromBackend(err)
 		}
-		k.s.fillHeader(&resp.Header, 0)
+		s.fillHeader(w.header(resp), 0)
 		return resp, nil
 	})
 }
@@ -95,30 +127,16 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 }
 
 func (k *kvServer) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse, error) {
-	if err := k.s.limits.checkSize(r); err != nil {
-		return nil, err
-	}
-	return serveWithRole(ctx, k.s, true, func(role *Role) (*pb.TxnResponse, error) {
-		if err := k.s.admitWrite(ctx, role, r, k.s.limits.checkTxn(r), needTxn(r, role.leaseKeys())); err != nil {
-			return nil, err
-		}
-		if !role.leading() {
-			return forward(ctx, role, pb.NewKVClient, pb.KVClient.Txn, r)
-		}
-		resp, err := role.Backend.Txn(ctx, r)
-		if err != nil {
-			return nil, fromBackend(err)
-		}
-		k.s.fillTxnHeaders(resp)
-		return resp, nil
+	return serveWrite(ctx, k.s, r, write[*pb.TxnRequest, *pb.TxnResponse]{
+		limits:  Limits.checkTxn,
+		permits: permitsTxn,
+		forward: pb.KVClient.Txn,
+		apply:   (*mvcc.Backend).Txn,
+		// Only the transaction's own header: etcd leaves the headers of
+		// the responses inside it as its store set them (a revision, no
+		// cluster or member ID) and a nested transaction's empty.
+		header: func(resp *pb.TxnResponse) **pb.ResponseHeader { return &resp.Header },
 	})
-}
-
-// fillTxnHeaders completes the transaction's own header only: etcd leaves
-// the headers of the responses inside a transaction as its store set them
-// (a revision, no cluster or member ID) and a nested transaction's empty.
-func (s *Services) fillTxnHeaders(resp *pb.TxnResponse) {
-	s.fillHeader(&resp.Header, 0)
 }
 
 func (k *kvServer) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {

@@ -176,7 +176,7 @@ func (m *maintenanceServer) Snapshot(r *pb.SnapshotRequest, s pb.Maintenance_Sna
 		// before Send returns and keeps only the encoding. (A stats
 		// handler may read a message after Send; the server installs
 		// none. Copying each chunk cost a byte of garbage per byte
-		// sent, issue 26.)
+		// sent.)
 		if err := s.Send(&pb.SnapshotResponse{RemainingBytes: uint64(total - sent), Blob: buf[:n], Version: etcdfmt.StorageVersion}); err != nil {
 			return err
 		}

@@ -13,8 +13,33 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/engramkv/engram/core/internal/auth"
+	"github.com/engramkv/engram/core/internal/lease"
+	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/watch"
 	"github.com/engramkv/engram/core/kv"
 )
+
+// Role is what this node does at the moment. The leader has a writable
+// backend, a watch hub and a lessor; a follower has a read-only backend and,
+// when a leader is known, a connection to it for everything else.
+type Role struct {
+	// Backend serves reads on every node and writes on the leader.
+	Backend *mvcc.Backend
+	// Hub and Lessor are set on the leader only.
+	Hub    *watch.Hub
+	Lessor *lease.Lessor
+	// Leader is set on a follower that knows the leader.
+	Leader *grpc.ClientConn
+	// LeaderID is the member ID of the leader (0 when unknown).
+	LeaderID uint64
+
+	// ended is closed when the role is replaced: streams bound to it (local
+	// watches of a leader that stepped down, forwarded ones to a leader that
+	// changed) end with "leader changed" and clients resume elsewhere.
+	ended chan struct{}
+}
+
+func (r *Role) leading() bool { return r.Hub != nil }
 
 // Options configure the services.
 type Options struct {

@@ -20,6 +20,7 @@
 //	lease key(id)     -> granted TTL
 //	lease index(id,k) -> present while k is attached to lease id
 //	meta "compact"    -> compacted and physically compacted revisions
+//	meta "import"     -> present while an import is half done (importrecord.go)
 //
 // A write moves the key's current version from its revision key into history
 // and puts the new one in the revision key, in one batch. So a read at the
@@ -202,11 +203,14 @@
 //	hashkv.go        etcd's HashKV
 //	import.go        restore and migration: starting and finishing an import
 //	importrows.go    writing imported rows in revision-aligned batches
+//	importbulk.go    bulk restore: a whole history in one kv.Load, key order
+//	importlayout.go  a key's records derived from its versions (bulk restore)
 //	importrecord.go  the record that keeps a half-done import from being served
 //
 // The reasons behind the layout, the writer and compaction, and the
 // measurements behind them, are in DESIGN.md ("The write path", "The read
 // path", "Group commit", "Pipelined group commit", "Prefetched records",
 // "Presumed absence", "The latest-record cache", "Reads at a revision",
-// "Compaction's rule", "Uncertain commits", "The read barrier").
+// "Compaction's rule", "Uncertain commits", "The read barrier", "Bulk
+// restore").
 package mvcc

@@ -242,8 +242,8 @@ func (s *unresolvedStore) Get(ctx context.Context, key []byte) ([]byte, error) {
 // applied but reported uncertain reads it back before it publishes; if it
 // steps down before it knows, a read waiting for that commit, and any read
 // after it, must not answer from the leader's clock, which is behind what
-// the followers already see (issue 25: a revision seen to go back by one on
-// Galera).
+// the followers already see (a revision went back by one in a Galera
+// cluster's linearizability run; DESIGN.md, "The read barrier").
 func TestStepDownWithUnresolvedCommitFailsReads(t *testing.T) {
 	ctx := context.Background()
 	mem := memkv.New()

@@ -53,7 +53,7 @@ func serve(t *testing.T, register func(*grpc.Server)) string {
 // was forwarding, which the old leader may have applied. The client must
 // get an answer it does not resend the write on ("leader changed"): a
 // Canceled answer made clientv3 send it again, and the linearizability
-// check of issue 10 recorded a Put applied at two revisions.
+// check (tests/linearizability) recorded a Put applied at two revisions.
 func TestForwardedWriteCutByLeaderChangeIsNotRetried(t *testing.T) {
 	leader := &blockingLeader{entered: make(chan struct{})}
 	leaderAddr := serve(t, func(gs *grpc.Server) { pb.RegisterKVServer(gs, leader) })

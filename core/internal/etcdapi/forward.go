@@ -12,33 +12,15 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	"github.com/engramkv/engram/core/internal/lease"
-	"github.com/engramkv/engram/core/internal/mvcc"
-	"github.com/engramkv/engram/core/internal/watch"
 )
 
-// Role is what this node does at the moment. The leader has a writable
-// backend, a watch hub and a lessor; a follower has a read-only backend and,
-// when a leader is known, a connection to it for everything else.
-type Role struct {
-	// Backend serves reads on every node and writes on the leader.
-	Backend *mvcc.Backend
-	// Hub and Lessor are set on the leader only.
-	Hub    *watch.Hub
-	Lessor *lease.Lessor
-	// Leader is set on a follower that knows the leader.
-	Leader *grpc.ClientConn
-	// LeaderID is the member ID of the leader (0 when unknown).
-	LeaderID uint64
-
-	// ended is closed when the role is replaced: streams bound to it (local
-	// watches of a leader that stepped down, forwarded ones to a leader that
-	// changed) end with "leader changed" and clients resume elsewhere.
-	ended chan struct{}
-}
-
-func (r *Role) leading() bool { return r.Hub != nil }
+// This file is leader forwarding: a follower sends what only the leader
+// serves (writes, compaction, leases, watches, alarms, defragmentation,
+// auth and member changes) to the leader over its connection
+// (Role.Leader), with the caller's metadata, and answers what the leader
+// answered. Which failures to reach the leader may run again under the
+// next role is reroute.go's concern; DESIGN.md, "Cluster roles and
+// forwarding", gives the reasons.
 
 // forwardCtx carries the caller's metadata (e.g. hasleader) to the leader.
 func forwardCtx(ctx context.Context) context.Context {
@@ -56,8 +38,9 @@ func forwardCtx(ctx context.Context) context.Context {
 // per-attempt cancellation and sends the request again, writes included. A
 // follower that changes leader closes its old connection, which cancels the
 // calls in flight on it ("grpc: the client connection is closing") although
-// the old leader may have applied them, so a write ran twice (issue 10's
-// linearizability check recorded one Put at two revisions). If the caller
+// the old leader may have applied them, so a write ran twice (the
+// linearizability check, tests/linearizability, recorded one Put at two
+// revisions). If the caller
 // itself gave up, nobody reads the answer.
 func forwardErr(err error) error {
 	if errors.Is(err, context.Canceled) {
