@@ -107,7 +107,7 @@ func TestMySQL(t *testing.T) {
 
 	t.Run("Server", func(t *testing.T) {
 		st := mysqlEnv.open(t, "", StoreOptions{})
-		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
+		serverSmoke(t, servertest.Start(t, st, servertest.Options{}))
 	})
 
 	t.Run("RefusedConfig", func(t *testing.T) {

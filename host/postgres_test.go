@@ -63,7 +63,7 @@ func TestPostgres(t *testing.T) {
 
 	t.Run("Server", func(t *testing.T) {
 		st := postgresEnv.open(t, "", StoreOptions{})
-		serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
+		serverSmoke(t, servertest.Start(t, st, servertest.Options{}))
 	})
 
 	t.Run("RefusedConfig", func(t *testing.T) {
@@ -631,7 +631,7 @@ func sqlCommitCuts(t *testing.T, p *Plugin, target string, config func(addr stri
 	// Engram resolves an uncertain commit by reading back (core/internal/retry);
 	// through the whole server, the same cut must end in one clear
 	// answer, and the store must hold what that answer says.
-	srv := servertest.Start(t, servertest.Options{Store: s})
+	srv := servertest.Start(t, s, servertest.Options{})
 	c := srv.Client(t)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

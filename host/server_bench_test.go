@@ -47,7 +47,7 @@ func benchServerStores(b *testing.B) map[string]*clientv3.Client {
 	out := map[string]*clientv3.Client{}
 	value := make([]byte, 512)
 	for name, st := range map[string]kv.Store{"native": native, "wasm": w} {
-		srv := servertest.Start(b, servertest.Options{Store: st})
+		srv := servertest.Start(b, st, servertest.Options{})
 		c := srv.Client(b)
 		for i := range serverBenchPreload {
 			if _, err := c.Put(context.Background(), serverBenchKey(i), string(value)); err != nil {

@@ -20,7 +20,7 @@ func TestServerOnMemKVWasm(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	serverSmoke(t, servertest.Start(t, servertest.Options{Store: st}))
+	serverSmoke(t, servertest.Start(t, st, servertest.Options{}))
 }
 
 // serverSmoke drives a server through clientv3: puts, a range, a
@@ -92,7 +92,7 @@ func serverSmoke(t *testing.T, srv *servertest.Server) {
 // serving with its data intact.
 func TestServerOnFaultyPlugin(t *testing.T) {
 	e := newFaulty(t, Options{}, 2)
-	srv := servertest.Start(t, servertest.Options{Store: e.store})
+	srv := servertest.Start(t, e.store, servertest.Options{})
 	c := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -194,7 +194,7 @@ func spaceRound(t *testing.T, s Engine, quota int64, reclaims func() int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
 	reg := prometheus.NewRegistry()
-	srv := servertest.Start(t, servertest.Options{Store: s, QuotaBackendBytes: quota, Registerer: reg})
+	srv := servertest.Start(t, s, servertest.Options{QuotaBackendBytes: quota, Registerer: reg})
 	servertest.CheckSpace(t, ctx, srv, reg)
 	before := reclaims()
 	if out, err := etcdtest.Etcdctl(t, "--endpoints="+srv.Endpoint, "defrag"); err != nil || !strings.Contains(out, "Finished defragmenting etcd member") {

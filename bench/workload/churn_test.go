@@ -7,13 +7,14 @@ import (
 
 	"github.com/engramkv/engram/bench/workload"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestChurnAgainstEngram runs a short churn with a fast compactor: updates
 // happen without errors, the per-second series covers the run, and the
 // compactor compacted at increasing revisions one round behind.
 func TestChurnAgainstEngram(t *testing.T) {
-	srv := servertest.Start(t, servertest.Options{})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	cfg := small(srv.Endpoint)
 	cfg.Duration = 2500 * time.Millisecond
 	cfg.CompactEvery = 400 * time.Millisecond

@@ -8,6 +8,7 @@ import (
 
 	"github.com/engramkv/engram/bench/workload"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestSmallClusterAgainstEngram runs a tiny cluster through its life: no
@@ -15,7 +16,7 @@ import (
 // holds, one pod in five was replaced, and every node was written more than
 // once.
 func TestSmallClusterAgainstEngram(t *testing.T) {
-	srv := servertest.Start(t, servertest.Options{})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	cfg := small(srv.Endpoint)
 	cfg.ClusterPods, cfg.ClusterNodes = 50, 5
 	cfg.Prefix = "/small/"

@@ -13,6 +13,7 @@ import (
 	"github.com/engramkv/engram/bench/result"
 	"github.com/engramkv/engram/bench/workload"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // small is a configuration that exercises every code path in well under a
@@ -46,7 +47,7 @@ func byName(t *testing.T, rep *result.Report) map[string]result.Result {
 // Engram and checks the accounting: operations happened, none failed, lists
 // saw the whole data set, every watcher got every event.
 func TestAllWorkloadsAgainstEngram(t *testing.T) {
-	srv := servertest.Start(t, servertest.Options{})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	rep, err := workload.Run(context.Background(), small(srv.Endpoint), workload.All)
 	if err != nil {
 		t.Fatalf("run: %v", err)
@@ -105,7 +106,7 @@ func TestAllWorkloadsAgainstEngram(t *testing.T) {
 
 // TestLoadCreatesExactly: load creates the data set and leaves it.
 func TestLoadCreatesExactly(t *testing.T) {
-	srv := servertest.Start(t, servertest.Options{})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	cfg := small(srv.Endpoint)
 	cfg.DataSet = 500
 	cfg.Duration = time.Minute
@@ -137,7 +138,7 @@ func TestLoadCreatesExactly(t *testing.T) {
 
 // TestRateLimit: a rate caps throughput.
 func TestRateLimit(t *testing.T) {
-	srv := servertest.Start(t, servertest.Options{})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	cfg := small(srv.Endpoint)
 	cfg.Rate = 200
 	cfg.Duration = time.Second

@@ -7,12 +7,13 @@ import (
 
 	"github.com/engramkv/engram/bench/result"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestBenchSubcommand runs `engram bench` briefly against an in-process
 // server and checks the table and the JSON report.
 func TestBenchSubcommand(t *testing.T) {
-	srv := servertest.Start(t, servertest.Options{})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	jsonPath := filepath.Join(t.TempDir(), "report.json")
 	var stdout, stderr strings.Builder
 	code := run([]string{"bench", "--endpoints=" + srv.Endpoint, "--workloads=create,get", "--clients=4", "--connections=2",

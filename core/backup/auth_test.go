@@ -93,7 +93,7 @@ func TestAuthTravelsWithSnapshots(t *testing.T) {
 	if info.Auth == nil || !info.Auth.Enabled || len(info.Auth.Users) != 3 || len(info.Auth.Roles) != 2 {
 		t.Fatalf("restore reports auth %+v, want enabled with 3 users and 2 roles (etcd keeps no record of the root role)", info.Auth)
 	}
-	eng := servertest.Start(t, servertest.Options{Store: st, Auth: server.AuthOptions{BcryptCost: 4}})
+	eng := servertest.Start(t, st, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	sameAnswers(t, "etcd's snapshot restored into Engram", src.Endpoint, eng.Endpoint)
 
 	file2 := filepath.Join(t.TempDir(), "engram.db")

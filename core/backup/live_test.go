@@ -284,7 +284,7 @@ func TestEtcdToEngram(t *testing.T) {
 			if _, err := backup.Restore(context.Background(), store, file, backup.RestoreOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			srv := servertest.Start(t, servertest.Options{Store: store})
+			srv := servertest.Start(t, store, servertest.Options{})
 			compareStores(t, src, srv.Client(t), compacted, rev)
 		})
 	}
@@ -299,7 +299,7 @@ func TestEngramToEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	eng := srv.Client(t)
 	compacted := workload(t, eng, 2)
 	rev := currentRev(t, eng)
@@ -335,5 +335,5 @@ func eng2(t *testing.T, file string) *clientv3.Client {
 	if _, err := backup.Restore(context.Background(), st, file, backup.RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return servertest.Start(t, servertest.Options{Store: st}).Client(t)
+	return servertest.Start(t, st, servertest.Options{}).Client(t)
 }

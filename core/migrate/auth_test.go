@@ -71,7 +71,7 @@ func TestMigrateCarriesAuth(t *testing.T) {
 		t.Errorf("no warning about the user added after the base:\n%s", logs.String())
 	}
 
-	srv := servertest.Start(t, servertest.Options{Store: st, Auth: server.AuthOptions{BcryptCost: 4}})
+	srv := servertest.Start(t, st, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	for _, c := range [][]string{
 		{"--user=alice:ap", "get", "/app/x", "--print-value-only"},
 		{"--user=alice:ap", "get", "/other"},

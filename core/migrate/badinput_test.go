@@ -87,7 +87,7 @@ func TestSourceUnreachable(t *testing.T) {
 	if res.Rev != w2.maxRev.Load() {
 		t.Errorf("result %+v, want revision %d", res, w2.maxRev.Load())
 	}
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	compareSome(t, ctx, src2, srv.Client(t), "", compactRev+1, res.Rev, 20, nil)
 }
 
@@ -156,7 +156,7 @@ func TestSourceUnreachableDuringCutover(t *testing.T) {
 	if res.Rev != w.maxRev.Load() || !strings.Contains(logs.String(), "resuming migration") {
 		t.Fatalf("result %+v, want a resumed migration at %d\nlog:\n%s", res, w.maxRev.Load(), logs.String())
 	}
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	compareSome(t, ctx, src2, srv.Client(t), prefix, compactRev+1, res.Rev, 20, nil)
 }
 
@@ -264,7 +264,7 @@ func TestSourceCompacted(t *testing.T) {
 				t.Fatalf("result %+v, want revision %d", res, final)
 			}
 			t.Logf("verified: %s", res.Verified)
-			srv := servertest.Start(t, servertest.Options{Store: st})
+			srv := servertest.Start(t, st, servertest.Options{})
 			eng := srv.Client(t)
 			if res.CompactRev < compacted {
 				// The target keeps the base's compacted revision and more
@@ -292,7 +292,7 @@ func TestNonEmptyTarget(t *testing.T) {
 
 	t.Run("engram data", func(t *testing.T) {
 		st := openBadger(t, "")
-		srv := servertest.Start(t, servertest.Options{Store: st})
+		srv := servertest.Start(t, st, servertest.Options{})
 		c := srv.Client(t)
 		for _, k := range []string{"/mine/a", "/mine/b"} {
 			if _, err := c.Put(ctx, k, "keep"); err != nil {
@@ -318,7 +318,7 @@ func TestNonEmptyTarget(t *testing.T) {
 			t.Fatalf("the source was read before the store was refused:\n%s", l)
 		}
 		t.Logf("refused: %v", err)
-		srv = servertest.Start(t, servertest.Options{Store: st})
+		srv = servertest.Start(t, st, servertest.Options{})
 		after, err := srv.Client(t).Get(ctx, "\x00", clientv3.WithFromKey())
 		if err != nil {
 			t.Fatal(err)
@@ -409,7 +409,7 @@ func TestCutoverUnderLoad(t *testing.T) {
 			t.Fatalf("cut over at %d, before the revision %d the source had when asked", r.res.Rev, cutRev)
 		}
 		t.Logf("cut over under load at %d (the source went on to %d): %s", r.res.Rev, srcNow, r.res.Verified)
-		srv := servertest.Start(t, servertest.Options{Store: st})
+		srv := servertest.Start(t, st, servertest.Options{})
 		compareSome(t, ctx, src, srv.Client(t), "", compactRev+1, r.res.Rev, 20, nil)
 		return
 	}
@@ -429,6 +429,6 @@ func TestCutoverUnderLoad(t *testing.T) {
 	if res.Rev != srcNow || !strings.Contains(logs.String(), "resuming migration") {
 		t.Fatalf("result %+v, want a resumed migration at %d\nlog:\n%s", res, srcNow, logs.String())
 	}
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	compareSome(t, ctx, src, srv.Client(t), "", compactRev+1, res.Rev, 20, nil)
 }

@@ -253,7 +253,7 @@ func TestMigrateFromKine(t *testing.T) {
 		t.Fatalf("verified %q, want a key-by-key comparison", res.Verified)
 	}
 
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	eng := srv.Client(t)
 	n := compareKine(t, ctx, src, eng, final)
 	t.Logf("all %d keys match kine's at revision %d (base at %d)", n, final, res.BaseRev)
@@ -386,7 +386,7 @@ func TestMigrateFromFreshKine(t *testing.T) {
 	if !contains(logs.String(), "leaving out a key", "compact_rev_key") {
 		t.Fatalf("kine's own compact_rev_key row was not left out:\n%s", logs.String())
 	}
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	got, err := srv.Client(t).Get(ctx, "\x00", clientv3.WithFromKey())
 	if err != nil {
 		t.Fatal(err)

@@ -187,7 +187,7 @@ func TestLiveMigration(t *testing.T) {
 		t.Fatalf("the source's watcher got revision %d past the cut-over %d", last, res.Rev)
 	}
 
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	eng := srv.Client(t)
 	resumed := eng.Watch(clientv3.WithRequireLeader(ctx), "\x00", clientv3.WithFromKey(), clientv3.WithRev(lastRev(srcEvents)+1), clientv3.WithPrevKV())
 	first, err := eng.Put(ctx, "/after/a", "1")

@@ -103,7 +103,7 @@ func TestResume(t *testing.T) {
 		t.Errorf("result %+v; the source is at %d, compacted at %d, the first run stopped at %d", r, final, compactRev, rec.Applied)
 	}
 
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	eng := srv.Client(t)
 	compareAll(t, ctx, src, eng, "", compactRev+1, final, nil)
 	if p, err := eng.Put(ctx, "/after", "x"); err != nil || p.Header.Revision != final+1 {
@@ -152,7 +152,7 @@ func TestPrefix(t *testing.T) {
 		t.Fatalf("result %+v, want revision %d verified under %q", rr.res, final, prefix)
 	}
 
-	srv := servertest.Start(t, servertest.Options{Store: st})
+	srv := servertest.Start(t, st, servertest.Options{})
 	eng := srv.Client(t)
 	all, err := eng.Get(ctx, "\x00", clientv3.WithFromKey())
 	if err != nil {

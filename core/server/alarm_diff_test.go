@@ -38,7 +38,7 @@ func newAlarmPair(t *testing.T, ctx context.Context) *alarmPair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ec.Close() })
-	srv := servertest.Start(t, servertest.Options{Store: &sizedStore{Store: memkv.New()}, QuotaBackendBytes: engramQuota})
+	srv := servertest.Start(t, &sizedStore{Store: memkv.New()}, servertest.Options{QuotaBackendBytes: engramQuota})
 	gc := srv.Client(t)
 	p := &alarmPair{pair: &pair{names: [2]string{"etcd", "engram"}}, endpoints: [2]string{e.Endpoint, srv.Endpoint}, quotas: [2]int64{etcdQuota, engramQuota}}
 	for i, c := range []*clientv3.Client{ec, gc} {

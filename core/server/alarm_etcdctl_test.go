@@ -28,7 +28,7 @@ func TestAlarmEtcdctlBadger(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = bs.Close() })
 	const quota = 4 << 20
-	srv := servertest.Start(t, servertest.Options{Store: bs, QuotaBackendBytes: quota})
+	srv := servertest.Start(t, bs, servertest.Options{QuotaBackendBytes: quota})
 	a := servertest.CheckSpace(t, ctx, srv, nil)
 
 	// The refusal rests on the engine's own measure, not only on the

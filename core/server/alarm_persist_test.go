@@ -26,7 +26,7 @@ func TestAlarmSurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv := servertest.Start(t, servertest.Options{Store: bs})
+		srv := servertest.Start(t, bs, servertest.Options{})
 		a := servertest.NewAlarmClient(t, ctx, srv.Client(t))
 		member = a.Self
 		if got := a.Alarm(t, ctx, pb.AlarmRequest_ACTIVATE, member); !servertest.HoldsNoSpace(got, member) {
@@ -45,7 +45,7 @@ func TestAlarmSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = bs.Close() })
-	srv := servertest.Start(t, servertest.Options{Store: bs})
+	srv := servertest.Start(t, bs, servertest.Options{})
 	a := servertest.NewAlarmClient(t, ctx, srv.Client(t))
 	if got := a.Alarm(t, ctx, pb.AlarmRequest_GET, 0); !servertest.HoldsNoSpace(got, member) {
 		t.Fatalf("after restart the alarms are %v, want NOSPACE of %x", got, member)

@@ -22,7 +22,7 @@ func TestQuotaMeasuresOncePerWindow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
 	defer cancel()
 	store := &sizedStore{Store: memkv.New()}
-	srv := servertest.Start(t, servertest.Options{Store: store, QuotaBackendBytes: 1 << 30})
+	srv := servertest.Start(t, store, servertest.Options{QuotaBackendBytes: 1 << 30})
 	c := pb.NewKVClient(srv.Client(t).ActiveConnection())
 	const writes = 300
 	before, start := store.calls.Load(), time.Now()

@@ -70,8 +70,8 @@ func TestAuthClusterJWT(t *testing.T) {
 	shared := memkv.New()
 	var nodes []*servertest.Server
 	for _, name := range []string{"node0", "node1"} {
-		nodes = append(nodes, servertest.Start(t, servertest.Options{
-			Store: shared, Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
+		nodes = append(nodes, servertest.Start(t, shared, servertest.Options{
+			Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
 			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
 		}))
 	}
@@ -132,7 +132,7 @@ func TestAuthRestartBadger(t *testing.T) {
 	{
 		bs, err := badger.Open(badger.Options{Dir: dir})
 		must0(t, "open badger", err)
-		srv := servertest.Start(t, servertest.Options{Store: bs, Auth: server.AuthOptions{BcryptCost: 4}})
+		srv := servertest.Start(t, bs, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 		ctx, conn := rawConn(t, srv.Endpoint)
 		ac := pb.NewAuthClient(conn)
 		_, err = ac.UserAdd(ctx, &pb.AuthUserAddRequest{Name: "root", Password: "rp"})
@@ -149,7 +149,7 @@ func TestAuthRestartBadger(t *testing.T) {
 	bs, err := badger.Open(badger.Options{Dir: dir})
 	must0(t, "reopen badger", err)
 	t.Cleanup(func() { _ = bs.Close() })
-	srv := servertest.Start(t, servertest.Options{Store: bs})
+	srv := servertest.Start(t, bs, servertest.Options{})
 	ctx, conn := rawConn(t, srv.Endpoint)
 	ac := pb.NewAuthClient(conn)
 	if _, err := ac.RoleList(ctx, &pb.AuthRoleListRequest{}); status.Convert(err).Message() != status.Convert(rpctypes.ErrGRPCUserEmpty).Message() {

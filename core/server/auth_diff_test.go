@@ -16,6 +16,7 @@ import (
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // authAnswer is a call's answer with the header cleared (IDs, revisions
@@ -180,7 +181,7 @@ func TestAuthManagementDiff(t *testing.T) {
 	etcdtest.Require(t)
 	e := etcdtest.Start(t, etcdtest.Options{})
 	// bcrypt's cost changes no answer, only how long a -race run takes.
-	g := servertest.Start(t, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
+	g := servertest.Start(t, memkv.New(), servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	ectx, econn := rawConn(t, e.Endpoint)
 	gctx, gconn := rawConn(t, g.Endpoint)
 	pw := map[string]string{"u": "up", "root": "rp"}

@@ -6,6 +6,7 @@ import (
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestAuthEtcdctl runs an operator's etcdctl 3.6 session against etcd 3.6
@@ -15,7 +16,7 @@ import (
 func TestAuthEtcdctl(t *testing.T) {
 	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
-	g := servertest.Start(t, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
+	g := servertest.Start(t, memkv.New(), servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	steps := [][]string{
 		{"user", "add", "root", "--new-user-password=rp"},
 		{"user", "add", "alice", "--new-user-password=ap"},

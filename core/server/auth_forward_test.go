@@ -39,8 +39,8 @@ func TestAuthForwardSimpleToken(t *testing.T) {
 	shared := memkv.New()
 	c := &cluster{t: t, names: []string{"node0", "node1"}}
 	for _, name := range c.names {
-		c.nodes = append(c.nodes, servertest.Start(t, servertest.Options{
-			Store: shared, Name: name, Auth: server.AuthOptions{BcryptCost: 4},
+		c.nodes = append(c.nodes, servertest.Start(t, shared, servertest.Options{
+			Name: name, Auth: server.AuthOptions{BcryptCost: 4},
 			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
 		}))
 	}

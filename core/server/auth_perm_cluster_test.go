@@ -25,8 +25,8 @@ func TestAuthPermThroughFollower(t *testing.T) {
 	for i := range 2 {
 		name := fmt.Sprintf("node%d", i)
 		c.names = append(c.names, name)
-		c.nodes = append(c.nodes, servertest.Start(t, servertest.Options{
-			Store: shared, Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
+		c.nodes = append(c.nodes, servertest.Start(t, shared, servertest.Options{
+			Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
 			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
 		}))
 	}

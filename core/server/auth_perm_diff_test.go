@@ -8,6 +8,7 @@ import (
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestAuthPermDiff sends every request shape as a restricted user, with
@@ -18,7 +19,7 @@ func TestAuthPermDiff(t *testing.T) {
 	t.Parallel()
 	e := etcdtest.Start(t, etcdtest.Options{})
 	// bcrypt's cost changes no answer, only how long a -race run takes.
-	g := servertest.Start(t, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
+	g := servertest.Start(t, memkv.New(), servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	ectx, econn := rawConn(t, e.Endpoint)
 	gctx, gconn := rawConn(t, g.Endpoint)
 	etok, gtok := authPermSetup(t, ectx, econn), authPermSetup(t, gctx, gconn)

@@ -48,8 +48,7 @@ func startCluster(t *testing.T, n int) *cluster {
 		name := fmt.Sprintf("node%d", i)
 		c.stores = append(c.stores, st)
 		c.names = append(c.names, name)
-		c.nodes = append(c.nodes, servertest.Start(t, servertest.Options{
-			Store:                  st,
+		c.nodes = append(c.nodes, servertest.Start(t, st, servertest.Options{
 			Name:                   name,
 			ProgressNotifyInterval: 200 * time.Millisecond,
 			Cluster:                &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},

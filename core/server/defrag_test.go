@@ -105,7 +105,7 @@ func TestDiffDefragment(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := &reclaimCounter{Store: bs}
-	srv := servertest.Start(t, servertest.Options{Store: store})
+	srv := servertest.Start(t, store, servertest.Options{})
 	gc := srv.Client(t)
 	// A hang guard, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -172,7 +172,7 @@ func TestDefragmentEngineFailure(t *testing.T) {
 		{fmt.Errorf("reclaim: %w", kv.ErrClosed), codes.Unavailable, "etcdserver: server stopped"},
 	} {
 		store := &reclaimCounter{Store: memkv.New(), fail: tc.fail}
-		c := servertest.Start(t, servertest.Options{Store: store}).Client(t)
+		c := servertest.Start(t, store, servertest.Options{}).Client(t)
 		_, err := pb.NewMaintenanceClient(c.ActiveConnection()).Defragment(context.Background(), &pb.DefragmentRequest{})
 		if st, _ := status.FromError(err); st.Code() != tc.code || st.Message() != tc.msg {
 			t.Errorf("engine fails with %v: Defragment answered %v, want %s %q", tc.fail, err, tc.code, tc.msg)
@@ -193,8 +193,7 @@ func TestClusterDefragmentOnFollower(t *testing.T) {
 		stores = append(stores, st)
 		name := fmt.Sprintf("node%d", i)
 		c.names = append(c.names, name)
-		c.nodes = append(c.nodes, servertest.Start(t, servertest.Options{
-			Store:   st,
+		c.nodes = append(c.nodes, servertest.Start(t, st, servertest.Options{
 			Name:    name,
 			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
 		}))

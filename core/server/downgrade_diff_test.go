@@ -11,6 +11,7 @@ import (
 	"github.com/engramkv/engram/core/server/servertest"
 	release "github.com/engramkv/engram/core/version"
 	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestDiffDowngrade: Downgrade on a one-member etcd 3.6 and on Engram. The
@@ -90,7 +91,7 @@ func TestDiffDowngrade(t *testing.T) {
 // TestEtcdctlDowngrade: etcdctl 3.6's downgrade commands against Engram.
 func TestEtcdctlDowngrade(t *testing.T) {
 	etcdtest.Require(t)
-	ep := "--endpoints=" + servertest.Start(t, servertest.Options{}).Endpoint
+	ep := "--endpoints=" + servertest.Start(t, memkv.New(), servertest.Options{}).Endpoint
 	cur := release.Current().Cluster()
 	prev := fmt.Sprintf("0.%d", release.Current().Minor-1)
 	for _, c := range []struct {

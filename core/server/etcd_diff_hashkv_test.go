@@ -174,7 +174,7 @@ func newDoubleChangeSetup(t *testing.T) doubleChangeSetup {
 	t.Cleanup(cancel)
 	e := etcdtest.Start(t, etcdtest.Options{})
 	ec := dialEndpoint(t, e.Endpoint)
-	gc := servertest.Start(t, servertest.Options{}).Client(t)
+	gc := servertest.Start(t, memkv.New(), servertest.Options{}).Client(t)
 	return doubleChangeSetup{ctx: ctx, etcd: e, ec: ec, gc: gc, p: hashPair([2]string{"etcd", "engram"}, [2]*clientv3.Client{ec, gc})}
 }
 
@@ -239,7 +239,7 @@ func TestDiffSnapshotDoubleChange(t *testing.T) {
 				if _, err := backup.Restore(ctx, store, etcdSnap, backup.RestoreOptions{}); err != nil {
 					t.Fatal(err)
 				}
-				g := servertest.Start(t, servertest.Options{Store: store}).Client(t)
+				g := servertest.Start(t, store, servertest.Options{}).Client(t)
 				check(t, hashPair([2]string{"etcd", "engram restored from etcd"}, [2]*clientv3.Client{ec, g}), "restored engram")
 				sameRows(t, etcdSnap, snapshotOf(t, ctx, g, "again.db"))
 			})
@@ -358,7 +358,7 @@ func TestDiffMigrateDoubleChange(t *testing.T) {
 		t.Fatalf("migration %+v, want a base below revision %d and the target at it", o.res, last)
 	}
 	t.Logf("migrated: %+v", o.res)
-	g := servertest.Start(t, servertest.Options{Store: store}).Client(t)
+	g := servertest.Start(t, store, servertest.Options{}).Client(t)
 	q := hashPair([2]string{"etcd", "migrated engram"}, [2]*clientv3.Client{ec, g})
 	for r := compactAt + 1; r <= last; r++ {
 		q.hashKV(t, ctx, r, fmt.Sprint("migrated at ", r))

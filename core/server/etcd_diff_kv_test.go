@@ -48,7 +48,7 @@ func newRestartablePair(t *testing.T) (*restartablePair, context.Context) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		g := servertest.Start(t, servertest.Options{Store: store})
+		g := servertest.Start(t, store, servertest.Options{})
 		gc := g.Client(t)
 		for i, c := range []*clientv3.Client{ec, gc} {
 			p.kv[i] = pb.NewKVClient(c.ActiveConnection())
@@ -274,7 +274,7 @@ func TestDiffProgressBesideCompactedWatcher(t *testing.T) {
 // etcd refuses a watch it cannot start, under watch ID -1.
 func TestKeyOverLimitMessage(t *testing.T) {
 	t.Parallel()
-	c := servertest.Start(t, servertest.Options{}).Client(t)
+	c := servertest.Start(t, memkv.New(), servertest.Options{}).Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	kvc := pb.NewKVClient(c.ActiveConnection())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // The differential tests send the same raw requests to a real etcd 3.6 and
@@ -35,7 +36,7 @@ type pair struct {
 func newPair(t *testing.T) (*pair, context.Context) {
 	t.Helper()
 	ec, _ := startEtcd(t)
-	gc := servertest.Start(t, servertest.Options{}).Client(t)
+	gc := servertest.Start(t, memkv.New(), servertest.Options{}).Client(t)
 	// A hang guard, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

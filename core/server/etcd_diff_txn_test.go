@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // Differential tests of transactions: the headers inside a Txn, a Range at
@@ -326,7 +327,7 @@ func TestDiffTxnDoubleChangeReplayed(t *testing.T) {
 // applies nothing.
 func TestTxnIgnoreValueAfterDeleteRefused(t *testing.T) {
 	t.Parallel()
-	kv := pb.NewKVClient(servertest.Start(t, servertest.Options{}).Client(t).ActiveConnection())
+	kv := pb.NewKVClient(servertest.Start(t, memkv.New(), servertest.Options{}).Client(t).ActiveConnection())
 	ctx := context.Background()
 	if _, err := kv.Put(ctx, &pb.PutRequest{Key: []byte("foo/a"), Value: []byte("v")}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // The etcd semantics tests run clientv3 against a server on a fake clock:
@@ -31,7 +32,7 @@ func setup(t *testing.T) (*clientv3.Client, context.Context) {
 func setupClock(t *testing.T) (*clientv3.Client, context.Context, *fakeclock.Clock) {
 	t.Helper()
 	clk := fakeclock.New(t, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	srv := servertest.Start(t, servertest.Options{ProgressNotifyInterval: progressInterval, Clock: clk})
+	srv := servertest.Start(t, memkv.New(), servertest.Options{ProgressNotifyInterval: progressInterval, Clock: clk})
 	// A hang guard, not a measurement: no test here waits on real time.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)

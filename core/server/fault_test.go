@@ -24,7 +24,7 @@ import (
 func TestUncertainAndFailingCommitsKeepWatchCorrect(t *testing.T) {
 	t.Parallel()
 	store := kvfault.Wrap(memkv.New())
-	srv := servertest.Start(t, servertest.Options{Store: store})
+	srv := servertest.Start(t, store, servertest.Options{})
 	c := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -26,8 +26,7 @@ func (c *cluster) join(name string, ln net.Listener) int {
 	st := kvfault.Wrap(c.shared)
 	c.stores = append(c.stores, st)
 	c.names = append(c.names, name)
-	c.nodes = append(c.nodes, servertest.Start(c.t, servertest.Options{
-		Store:    st,
+	c.nodes = append(c.nodes, servertest.Start(c.t, st, servertest.Options{
 		Name:     name,
 		Listener: ln,
 		Cluster:  &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // showMembers prints what the member calls answer, without IDs and URLs
@@ -34,7 +35,7 @@ func showMembers(members []*pb.Member) string {
 func TestDiffMemberChanges(t *testing.T) {
 	t.Parallel()
 	ec, _ := startEtcd(t)
-	node := servertest.Start(t, servertest.Options{Name: "lone", Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4}})
+	node := servertest.Start(t, memkv.New(), servertest.Options{Name: "lone", Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4}})
 	c := &cluster{t: t, nodes: []*servertest.Server{node}, names: []string{"lone"}}
 	c.leader(-1)
 	gc := node.Client(t)

@@ -8,6 +8,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/engramkv/engram/core/internal/etcdmetrics"
 )
 
 // rpcMetrics count and time every gRPC call by method and status code.
@@ -54,7 +56,7 @@ func (s *Server) Interceptors() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.unary),
 		grpc.ChainStreamInterceptor(s.stream),
-		grpc.ForceServerCodecV2(countingCodec{CodecV2: protoCodec(), m: s.etcdM}),
+		grpc.ForceServerCodecV2(s.etcdM.Codec()),
 	}
 }
 
@@ -87,26 +89,12 @@ func (s *Server) unaryChecked(ctx context.Context, method string, req any, m *me
 			return nil, err
 		}
 	}
-	// What etcd would do with the request is decided once: whether it
-	// is a raft proposal, and what its MVCC transactions count.
-	proposal := isProposal(req)
-	revokedKeys := -1
-	if r, ok := req.(*pb.LeaseRevokeRequest); ok {
-		// The answer does not list the keys the revocation deleted.
-		revokedKeys = s.etcdM.mvcc.leaseKeys(r.ID)
-	}
-	if proposal {
-		s.etcdM.proposalsPending.Inc()
-	}
+	// What etcd would do with the request is decided once, in
+	// etcdmetrics: whether it is a raft proposal, and what its MVCC
+	// transactions and lessor count.
+	counted := s.etcdM.Begin(req)
 	resp, err := handler(ctx, req)
-	if proposal {
-		s.etcdM.proposalsPending.Dec()
-		s.etcdM.proposalEnded(err)
-	}
-	if err == nil {
-		s.etcdM.mvcc.answered(req, resp, revokedKeys)
-		s.leaseM.etcd.answered(resp)
-	}
+	counted.End(resp, err)
 	return resp, err
 }
 
@@ -134,31 +122,29 @@ func (s *Server) streamChecked(srv any, ss grpc.ServerStream, info *grpc.StreamS
 	switch info.FullMethod {
 	case pb.Watch_Watch_FullMethodName:
 		// etcd counts its watch streams.
-		s.etcdM.watchStreams.Inc()
-		defer s.etcdM.watchStreams.Dec()
+		s.etcdM.WatchStreamOpened()
+		defer s.etcdM.WatchStreamClosed()
 	case pb.Lease_LeaseKeepAlive_FullMethodName:
-		cs.renewed = s.leaseM.etcd.renewed
+		cs.keepAlive = s.etcdM
 	}
 	return handler(srv, cs)
 }
 
 // countedStream counts a stream's messages for etcd's gRPC metrics, every
 // call as go-grpc-middleware does (a receive that ends the stream too),
-// and, on a LeaseKeepAlive stream, the renewals: a response with a TTL
-// (an unknown lease is answered with TTL 0 and renews nothing).
+// and, on a LeaseKeepAlive stream, hands what it sent to etcd's lessor
+// metrics, which count the renewals.
 type countedStream struct {
 	grpc.ServerStream
-	m       *methodMetrics
-	renewed prometheus.Counter // nil but on LeaseKeepAlive
+	m         *methodMetrics
+	keepAlive *etcdmetrics.Metrics // nil but on LeaseKeepAlive
 }
 
 func (c *countedStream) SendMsg(msg any) error {
 	err := c.ServerStream.SendMsg(msg)
 	c.m.sent.Inc()
-	if c.renewed != nil && err == nil {
-		if ka, ok := msg.(*pb.LeaseKeepAliveResponse); ok && ka.TTL > 0 {
-			c.renewed.Inc()
-		}
+	if c.keepAlive != nil && err == nil {
+		c.keepAlive.KeepAliveSent(msg)
 	}
 	return err
 }

@@ -29,7 +29,7 @@ import (
 // out, as they must differ.
 
 // newPair37 is newPair with etcd 3.7 as the oracle and Engram over store
-// (nil: a fresh in-memory store).
+// (memkv.New() for a fresh in-memory one).
 func newPair37(t *testing.T, store kv.Store) (*pair, context.Context) {
 	t.Helper()
 	e := etcdtest.Start(t, etcdtest.Options{Release: etcdtest.Release37})
@@ -38,7 +38,7 @@ func newPair37(t *testing.T, store kv.Store) (*pair, context.Context) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = ec.Close() })
-	gc := servertest.Start(t, servertest.Options{Store: store}).Client(t)
+	gc := servertest.Start(t, store, servertest.Options{}).Client(t)
 	// A hang guard, not a measurement.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
@@ -154,7 +154,7 @@ func prefixRange(prefix string) (key, end []byte) {
 // revisions and malformed requests.
 func TestDiffRangeStream(t *testing.T) {
 	t.Parallel()
-	p, ctx := newPair37(t, nil)
+	p, ctx := newPair37(t, memkv.New())
 	sizes := []int{0, 1, 10, 11, 25, 1000}
 	for _, n := range sizes {
 		// Written in reverse key order, so mod and create revisions run
@@ -390,7 +390,7 @@ func TestRangeStreamClientV3(t *testing.T) {
 	t.Parallel()
 	for _, e := range rangeStreamEngines {
 		t.Run(e.name, func(t *testing.T) {
-			c := servertest.Start(t, servertest.Options{Store: e.open(t)}).Client(t)
+			c := servertest.Start(t, e.open(t), servertest.Options{}).Client(t)
 			// A hang guard, not a measurement.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

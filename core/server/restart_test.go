@@ -20,7 +20,7 @@ func TestRestartKeepsDataRevisionsLeasesAndWatchHistory(t *testing.T) {
 	store := memkv.New()
 	var leaseID clientv3.LeaseID
 	{
-		srv := servertest.Start(t, servertest.Options{Store: store})
+		srv := servertest.Start(t, store, servertest.Options{})
 		c := srv.Client(t)
 		ctx := context.Background()
 		must(c.Put(ctx, "a", "1"))(t)
@@ -31,7 +31,7 @@ func TestRestartKeepsDataRevisionsLeasesAndWatchHistory(t *testing.T) {
 		// Shut the first server down before the second one opens the store.
 		srv.Stop()
 	}
-	srv := servertest.Start(t, servertest.Options{Store: store})
+	srv := servertest.Start(t, store, servertest.Options{})
 	c := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

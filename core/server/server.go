@@ -17,6 +17,12 @@
 // not open storage engines, parse configuration or listen on sockets; the
 // binary in cmd/engram and the test harnesses do that and hand it a kv.Store.
 //
+// Its gRPC interceptors (metrics.go) run the learner, leader and admin
+// checks and count every call by method, under Engram's names and etcd's
+// grpc_server_* (grpc_metrics.go); what etcd would count of a request
+// beyond its method is not decided here but in core/internal/etcdmetrics,
+// which the interceptors hand each request and answer to.
+//
 // It is the core's public entry point for embedders: cmd/engram is one such
 // embedder, and everything it uses from the core's internals is reached
 // through this package's Options and methods.
@@ -44,6 +50,7 @@ import (
 	"github.com/engramkv/engram/core/internal/compaction"
 	"github.com/engramkv/engram/core/internal/election"
 	"github.com/engramkv/engram/core/internal/etcdapi"
+	"github.com/engramkv/engram/core/internal/etcdmetrics"
 	"github.com/engramkv/engram/core/internal/lease"
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/watch"
@@ -162,7 +169,7 @@ type Server struct {
 	rpc     *rpcMetrics
 	methods *methodTable // the per-method series the interceptors move
 	watchM  *watch.Metrics
-	etcdM   *etcdMetrics
+	etcdM   *etcdmetrics.Metrics
 	leaseM  *leaseMetrics
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -243,9 +250,10 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 	log := opts.Logger
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &Server{opts: opts, log: log, cancel: cancel, rpc: newRPCMetrics(opts.Registerer), watchM: watch.NewMetrics(opts.Registerer), roleChanged: make(chan struct{})}
-	s.etcdM = newEtcdMetrics(s, opts.Registerer)
-	s.leaseM = newLeaseMetrics(s, opts.Registerer)
-	s.methods = &methodTable{grpc: s.etcdM.grpc, rpc: s.rpc, admin: etcdapi.IsAdminMethod}
+	etcdM, grpcM := newEtcdMetrics(s, opts.Registerer)
+	s.etcdM = etcdM
+	s.leaseM = newLeaseMetrics(s, opts.Registerer, etcdM)
+	s.methods = &methodTable{grpc: grpcM, rpc: s.rpc, admin: etcdapi.IsAdminMethod}
 	apiOpts := etcdapi.Options{
 		Store:      opts.Store,
 		Limits:     etcdapi.Limits{MaxRequestBytes: opts.MaxRequestBytes, MaxTxnOps: opts.MaxTxnOps},
@@ -292,7 +300,7 @@ func New(ctx context.Context, opts Options) (*Server, error) {
 func (s *Server) startLeader(ctx context.Context, fence func() (kv.Op, error), reg prometheus.Registerer) (*leaderState, error) {
 	log := s.log
 	lessor := lease.New(lease.Options{Clock: s.opts.Clock})
-	backend, err := mvcc.Open(ctx, mvcc.Options{Store: timedStore{Store: s.opts.Store, seconds: s.etcdM.commitSeconds}, Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir,
+	backend, err := mvcc.Open(ctx, mvcc.Options{Store: s.etcdM.TimedStore(s.opts.Store), Lessor: lessor, Logger: log.With("component", "mvcc"), Registerer: reg, Fence: fence, LatestCacheBytes: s.opts.LatestCacheBytes, TempDir: s.opts.TempDir,
 		MaxGroupRequests: s.opts.WriteGroupRequests, PipelineDepth: s.opts.PipelineDepth})
 	if err != nil {
 		return nil, fmt.Errorf("server: recover state: %w", err)
@@ -396,7 +404,7 @@ func (s *Server) publishRole(r publishedRole) {
 	s.roleMu.Lock()
 	defer s.roleMu.Unlock()
 	s.role = r
-	s.etcdM.leaderSeen(r.leader)
+	s.etcdM.LeaderSeen(r.leader)
 	close(s.roleChanged)
 	s.roleChanged = make(chan struct{})
 }

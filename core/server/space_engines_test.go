@@ -42,7 +42,7 @@ func TestSpaceRoundOnNativeEngines(t *testing.T) {
 			s := e.open(t)
 			t.Cleanup(func() { _ = s.Close() })
 			reg := prometheus.NewRegistry()
-			srv := servertest.Start(t, servertest.Options{Store: s, QuotaBackendBytes: 2 << 20, Registerer: reg})
+			srv := servertest.Start(t, s, servertest.Options{QuotaBackendBytes: 2 << 20, Registerer: reg})
 			servertest.CheckSpace(t, ctx, srv, reg)
 			if out := srv.Etcdctl(t, "defrag"); !strings.Contains(out, "Finished defragmenting etcd member") {
 				t.Errorf("etcdctl defrag: %q", out)

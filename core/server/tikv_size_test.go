@@ -90,7 +90,7 @@ func TestAlarmEtcdctlTiKV(t *testing.T) {
 	defer cancel()
 	store := openTiKVMock(t, tickingClock())
 	const quota = 2 << 20
-	srv := servertest.Start(t, servertest.Options{Store: store, QuotaBackendBytes: quota})
+	srv := servertest.Start(t, store, servertest.Options{QuotaBackendBytes: quota})
 	a := servertest.CheckSpace(t, ctx, srv, nil)
 	if st, err := a.Maint.Status(ctx, &pb.StatusRequest{}); err != nil || st.DbSize < quota/2 {
 		t.Fatalf("Status when refused: DbSize %d of a %d quota (%v)", st.GetDbSize(), quota, err)
@@ -100,7 +100,7 @@ func TestAlarmEtcdctlTiKV(t *testing.T) {
 	}
 
 	srv.Stop()
-	srv = servertest.Start(t, servertest.Options{Store: store, QuotaBackendBytes: 2 * quota})
+	srv = servertest.Start(t, store, servertest.Options{QuotaBackendBytes: 2 * quota})
 	a = servertest.NewAlarmClient(t, ctx, srv.Client(t))
 	if got := a.Alarm(t, ctx, pb.AlarmRequest_GET, 0); !servertest.HoldsNoSpace(got, a.Self) {
 		t.Fatalf("after the restart with a larger quota the alarms are %v, want NOSPACE", got)

@@ -17,7 +17,7 @@ import (
 func TestServerOnTiKV(t *testing.T) {
 	store := openMock(t, tikvmock.Options{})
 	t.Cleanup(func() { _ = store.Close() })
-	srv := servertest.Start(t, servertest.Options{Store: store})
+	srv := servertest.Start(t, store, servertest.Options{})
 	cli := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -103,7 +103,7 @@ func TestServerOnTiKV(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Stop()
-	srv2 := servertest.Start(t, servertest.Options{Store: store})
+	srv2 := servertest.Start(t, store, servertest.Options{})
 	cli2 := srv2.Client(t)
 	after, err := cli2.Get(ctx, "/registry/pods/default/a")
 	if err != nil {

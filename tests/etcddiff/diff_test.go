@@ -19,6 +19,7 @@ import (
 	"github.com/engramkv/engram/internal/etcdtest"
 	"github.com/engramkv/engram/internal/proctest"
 	"github.com/engramkv/engram/plugins/badger"
+	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestDiff sends one generated sequence to an oracle etcd 3.6 and to every
@@ -112,7 +113,7 @@ func startTarget(t *testing.T, name string) *server {
 	case "etcd":
 		return dial(t, "etcd", etcdtest.Start(t, etcdtest.Options{}).Endpoint)
 	case "memkv":
-		return dial(t, "engram/memkv", servertest.Start(t, servertest.Options{}).Endpoint)
+		return dial(t, "engram/memkv", servertest.Start(t, memkv.New(), servertest.Options{}).Endpoint)
 	case "badger":
 		st, err := badger.Open(badger.Options{Dir: t.TempDir()})
 		if err != nil {
@@ -121,7 +122,7 @@ func startTarget(t *testing.T, name string) *server {
 		// Registered before the server's, so it runs after the server
 		// stopped: servertest does not close a store it was given.
 		t.Cleanup(func() { _ = st.Close() })
-		return dial(t, "engram/badger", servertest.Start(t, servertest.Options{Store: st}).Endpoint)
+		return dial(t, "engram/badger", servertest.Start(t, st, servertest.Options{}).Endpoint)
 	case "wasm":
 		root, err := etcdtest.RepoRoot()
 		if err != nil {
@@ -149,7 +150,7 @@ func startTarget(t *testing.T, name string) *server {
 			t.Fatalf("opening a store on %s: %v", path, err)
 		}
 		t.Cleanup(func() { _ = st.Close() })
-		return dial(t, "engram/wasm-memkv", servertest.Start(t, servertest.Options{Store: st}).Endpoint)
+		return dial(t, "engram/wasm-memkv", servertest.Start(t, st, servertest.Options{}).Endpoint)
 	}
 	t.Fatalf("ENGRAM_DIFF_TARGETS: unknown target %q (etcd, memkv, badger, wasm)", name)
 	return nil

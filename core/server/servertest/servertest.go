@@ -1,8 +1,12 @@
 // Package servertest starts a complete Engram server in-process on 127.0.0.1
-// for tests: a fresh store, a random port, stopped by t.Cleanup. It exists so
-// every test suite (e2e, Kubernetes storage tests, benchmarks) starts the
-// server the same way; it must not be imported by non-test code paths of the
-// server binary.
+// for tests: on the store the caller passes, a random port, stopped by
+// t.Cleanup. It exists so every test suite (e2e, Kubernetes storage tests,
+// benchmarks) starts the server the same way; it must not be imported by
+// non-test code paths of the server binary.
+//
+// It takes its store rather than choosing one, so it imports no engine: the
+// core must not depend on the plugins built on it (callers pass
+// memkv.New(), or any kv.Store).
 //
 // It is public because test suites outside the core (the host's, the
 // adaptors', the end-to-end and Kubernetes suites, in other modules too)
@@ -22,11 +26,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Options tune the started server. The zero value is a memkv-backed server
-// with etcd's defaults.
+// Options tune the started server. The zero value is a server with etcd's
+// defaults.
 type Options struct {
-	// Store is the adaptor to serve; nil uses a fresh in-memory store.
-	Store kv.Store
 	// ProgressNotifyInterval as in server.Options.
 	ProgressNotifyInterval time.Duration
 	// Clock as in server.Options: nil is the system clock; core's tests
@@ -41,7 +43,8 @@ type Options struct {
 	// Name is the member name (default "servertest"); cluster members need
 	// distinct names.
 	Name string
-	// Cluster, when set, runs the node as a member of a cluster over Store.
+	// Cluster, when set, runs the node as a member of a cluster over the
+	// store passed to Start, which the members share.
 	Cluster *server.ClusterOptions
 	// Auth as in server.Options (token type and lifetimes).
 	Auth server.AuthOptions
@@ -81,14 +84,18 @@ func (s *Server) Leader() (name string, ok bool) { return s.srv.Leader() }
 func (s *Server) RoleChanged() <-chan struct{} { return s.srv.RoleChanged() }
 
 // Stop shuts the server down now (gracefully: queued writes are committed);
-// it also runs at cleanup. It does not close a Store passed in Options, so a
-// test can start a new server on the same store to simulate a restart.
+// it also runs at cleanup. It does not close the store, so a test can start
+// a new server on the same store to simulate a restart.
 func (s *Server) Stop() { s.stop() }
 
-// Start starts a server and registers its shutdown with t.Cleanup.
-func Start(t testing.TB, opts Options) *Server {
+// Start starts a server on store and registers its shutdown with t.Cleanup.
+// The store stays the caller's to close.
+func Start(t testing.TB, store kv.Store, opts Options) *Server {
 	t.Helper()
-	return start(t, opts)
+	if store == nil {
+		t.Fatal("servertest.Start: nil store (pass memkv.New() for an in-memory one)")
+	}
+	return start(t, store, opts)
 }
 
 // Client returns a clientv3 client connected to s, closed by t.Cleanup.

@@ -14,17 +14,11 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
-func start(t testing.TB, opts Options) *Server {
-	store := opts.Store
-	if store == nil {
-		mem := memkv.New()
-		store = mem
-		t.Cleanup(func() { _ = mem.Close() })
-	}
+func start(t testing.TB, store kv.Store, opts Options) *Server {
 	logLevel := slog.LevelWarn
 	if os.Getenv("ENGRAM_TEST_LOG") != "" {
 		logLevel = slog.LevelDebug

@@ -14,6 +14,7 @@ import (
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/host"
 	"github.com/engramkv/engram/plugins/badger"
+	"github.com/engramkv/engram/plugins/memkv"
 	"github.com/engramkv/engram/plugins/pebble"
 )
 
@@ -50,21 +51,22 @@ func closedAfter(t testing.TB, name string, st kv.Store) kv.Store {
 // t.Cleanup, and returns the address to dial.
 func startServer(t testing.TB) string {
 	t.Helper()
-	opts := servertest.Options{ProgressNotifyInterval: ProgressNotifyInterval}
+	var store kv.Store
 	switch b := os.Getenv(BackendEnv); b {
 	case "":
+		store = closedAfter(t, "memkv", memkv.New())
 	case "wasm-postgres": // postgres.go
-		opts.Store = openPostgresStore(t)
+		store = openPostgresStore(t)
 	case "wasm-mysql": // mysql.go
-		opts.Store = openMySQLStore(t)
+		store = openMySQLStore(t)
 	case "wasm-galera": // galera.go
-		opts.Store = openGaleraStore(t)
+		store = openGaleraStore(t)
 	case "wasm-memkv":
-		opts.Store = closedAfter(t, "the wasm store", openWasmStore(t))
+		store = closedAfter(t, "the wasm store", openWasmStore(t))
 	case "tikv":
-		opts.Store = openTiKVStore(t)
+		store = openTiKVStore(t)
 	case "migrated":
-		opts.Store = openMigratedStore(t)
+		store = openMigratedStore(t)
 	case "badger":
 		// The default engine of `engram serve`, on disk with every write
 		// fsynced, one directory per test.
@@ -72,17 +74,17 @@ func startServer(t testing.TB) string {
 		if err != nil {
 			t.Fatalf("opening badger: %v", err)
 		}
-		opts.Store = closedAfter(t, "badger", st)
+		store = closedAfter(t, "badger", st)
 	case "pebble":
 		st, err := pebble.Open(pebble.Options{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatalf("opening pebble: %v", err)
 		}
-		opts.Store = closedAfter(t, "pebble", st)
+		store = closedAfter(t, "pebble", st)
 	default:
 		t.Fatalf("%s=%q: unknown backend (want empty, badger, pebble, wasm-memkv, wasm-postgres, wasm-mysql, wasm-galera, tikv or migrated)", BackendEnv, b)
 	}
-	return servertest.Start(t, opts).Endpoint
+	return servertest.Start(t, store, servertest.Options{ProgressNotifyInterval: ProgressNotifyInterval}).Endpoint
 }
 
 // The plugin is compiled once per test process; every test gets a fresh

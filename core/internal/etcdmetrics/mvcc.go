@@ -1,4 +1,4 @@
-package server
+package etcdmetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,7 +40,7 @@ func newMVCCMetrics(reg prometheus.Registerer, leaseKeys func(id int64) int) *mv
 }
 
 // answered counts the MVCC transactions etcd would have run for an
-// answered request (Server.unaryChecked). Failed requests count nothing:
+// answered request (Request.End). Failed requests count nothing:
 // etcd rejects most of them before its MVCC layer is reached. A revoked
 // lease's keys are counted as they were just before the revocation
 // (revokedKeys; -1 for any other request), as the answer does not list
@@ -197,16 +197,4 @@ func allRanges(ops []*pb.RequestOp) bool {
 		}
 	}
 	return true
-}
-
-// leaseKeyCount is how many keys the leader's lessor has attached to lease
-// id; 0 on a follower, which forwards the revocation to the leader.
-func (s *Server) leaseKeyCount(id int64) int {
-	s.mu.Lock()
-	ls := s.leader
-	s.mu.Unlock()
-	if ls == nil {
-		return 0
-	}
-	return len(ls.lessor.Keys(id))
 }
