@@ -36,7 +36,15 @@ type File struct {
 	path string
 	db   *bolt.DB
 	info Info
+	// size is the bbolt database's size: the part of the mapping
+	// releasePages may release.
+	size int64
 }
+
+// releaseEvery is how many bytes of rows a scan reads between releases of
+// the mapping's resident pages: the scan holds at most about this much of
+// the file resident.
+const releaseEvery = 64 << 20
 
 // lockTimeout bounds the wait for bbolt's shared file lock: a file held by
 // a running etcd (an exclusive lock) is not a snapshot to read.
@@ -119,7 +127,7 @@ func open(path string, opts OpenOptions) (_ *File, err error) {
 		}
 	}
 
-	f := &File{path: path, db: db}
+	f := &File{path: path, db: db, size: boltSize}
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
 			if err := check(tx); err != nil {
@@ -134,6 +142,8 @@ func open(path string, opts OpenOptions) (_ *File, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The check and the scan read every page.
+	releasePages(db, boltSize)
 	return f, nil
 }
 
@@ -325,9 +335,14 @@ func (f *File) entries(ctx context.Context, fn func(*etcdfmt.Entry) error, view 
 		return f.db.View(func(tx *bolt.Tx) error {
 			b := tx.Bucket(etcdfmt.BucketKey)
 			var prev etcdfmt.Revision
-			n := 0
+			n, read := 0, 0
+			defer releasePages(f.db, f.size)
 			c := b.Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if read += len(k) + len(v); read >= releaseEvery {
+					releasePages(f.db, f.size)
+					read = 0
+				}
 				if n%ctxCheckEvery == 0 {
 					if err := ctx.Err(); err != nil {
 						return err

@@ -39,6 +39,10 @@ const loadMarkerFile = "ENGRAM-BULK-LOAD"
 // Write.
 const loadBufferBytes = 4 << 20
 
+// releaseEveryBytes is how many bytes of pairs a load writes between
+// releases of its tables' resident pages (releaseTablePages).
+const releaseEveryBytes = 64 << 20
+
 // loadStream is the StreamWriter's only stream: the pairs arrive sorted.
 const loadStream = 1
 
@@ -126,6 +130,9 @@ type bulkLoad struct {
 	last        []byte
 	kv          pb.KV
 	flushed     bool
+	// unreleased counts the bytes written since the tables' pages were
+	// last released.
+	unreleased int
 }
 
 func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error {
@@ -167,7 +174,13 @@ func (l *bulkLoad) write(ctx context.Context) error {
 	if err := l.sw.Write(l.buf); err != nil {
 		return fmt.Errorf("badger: bulk load: write: %w", err)
 	}
+	l.unreleased += l.buf.LenNoPadding()
 	l.buf.Reset()
+	// Only before Flush: it resumes compactions, which close tables.
+	if l.unreleased >= releaseEveryBytes && !l.store.inMemory && !l.flushed {
+		l.unreleased = 0
+		return releaseTablePages(l.store.db.Opts().Dir)
+	}
 	return nil
 }
 
