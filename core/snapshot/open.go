@@ -28,6 +28,12 @@ type OpenOptions struct {
 	// still crash the process while bbolt checks it, as it can crash
 	// etcdutl.
 	SkipHashCheck bool
+	// SkipRowScan leaves out the decode of every key-bucket row: Info's
+	// TotalKeys and Hash stay 0 (the rest comes from the meta bucket, the
+	// key bucket's last key and its page statistics). For a caller that
+	// reads every row through Entries, which decodes and checks each row
+	// anyway: a restore saves a pass over the file.
+	SkipRowScan bool
 }
 
 // File is an open snapshot file. Its methods but Close may be called
@@ -133,7 +139,11 @@ func open(path string, opts OpenOptions) (_ *File, err error) {
 			if err := check(tx); err != nil {
 				return err
 			}
-			info, err := scan(tx)
+			scanner := scan
+			if opts.SkipRowScan {
+				scanner = scanMeta
+			}
+			info, err := scanner(tx)
 			f.info = info
 			f.info.HasHashTrailer = trailer
 			return err
@@ -234,6 +244,9 @@ func scan(tx *bolt.Tx) (Info, error) {
 		var prev etcdfmt.Revision
 		err := b.ForEach(func(k, v []byte) error {
 			ib.row(k, v)
+			if isKey {
+				ib.rows++
+			}
 			switch {
 			case isKey && isRevisionMarker(k, v):
 				r, _, err := etcdfmt.ParseBucketKey(k)
@@ -260,6 +273,34 @@ func scan(tx *bolt.Tx) (Info, error) {
 		}
 	}
 	return ib.info(tx.Size(), false), nil
+}
+
+// scanMeta is scan without the key bucket's rows: it reads the meta bucket,
+// the key bucket's last revision and its row count.
+func scanMeta(tx *bolt.Tx) (Info, error) {
+	meta, keys := tx.Bucket(etcdfmt.BucketMeta), tx.Bucket(etcdfmt.BucketKey)
+	if meta == nil {
+		return Info{}, ErrNoMetaBucket
+	}
+	if keys == nil {
+		return Info{}, ErrNoKeyBucket
+	}
+	ib := newInfoBuilder()
+	if err := meta.ForEach(ib.metaRow); err != nil {
+		return Info{}, err
+	}
+	// Keys are revisions, big-endian: the last one is the highest.
+	if k, _ := keys.Cursor().Last(); k != nil {
+		r, _, err := etcdfmt.ParseBucketKey(k)
+		if err != nil {
+			return Info{}, fmt.Errorf("key bucket row %x: %w", k, err)
+		}
+		ib.lastMain = r.Main
+	}
+	ib.rows = keys.Stats().KeyN
+	out := ib.info(tx.Size(), false)
+	out.Hash = 0
+	return out, nil
 }
 
 // isRevisionMarker reports a key-bucket row with an empty value: no version
