@@ -3,6 +3,7 @@ package etcdfmt
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"container/heap"
 	"context"
 	"encoding/binary"
@@ -17,7 +18,7 @@ const (
 	defaultSortMem = 64 << 20
 	// sortIndexOverhead is what one buffered row costs besides its encoded
 	// bytes: its sortItem.
-	sortIndexOverhead = 32
+	sortIndexOverhead = 48
 	// A merge reads each run through its own buffer; the buffers share
 	// the memory limit but never shrink below minRunBuf (tiny buffers make
 	// the merge one read call per row) nor grow beyond maxRunBuf (bigger
@@ -53,21 +54,27 @@ type Sorter struct {
 	used   int        // bytes of rows in blocks
 	items  []sortItem // their revisions and places in blocks
 
-	spill   *os.File
-	spillW  *bufio.Writer
-	spillN  int64   // bytes written to spill
-	runs    []int64 // start offset of each run in spill; a run ends where the next begins
+	spill  *os.File
+	spillW *bufio.Writer
+	spillN int64   // bytes written to spill
+	runs   []int64 // start offset of each run in spill; a run ends where the next begins
+	// shared is how many leading bytes every key of the batch has in
+	// common (a key sorter's: see sortBatch).
+	shared  int
 	n       int64
 	sealed  bool
 	scratch []byte
 }
 
 // sortItem locates one encoded row of the in-memory batch, and its key
-// (a key sorter compares keys without decoding rows).
+// (a key sorter compares keys without decoding rows). A key sorter also
+// keeps 16 bytes of the key in it, those after the batch's shared prefix:
+// most comparisons end there, without a cache miss into the blocks.
 type sortItem struct {
 	rev            Revision
 	block, off     uint32
 	keyOff, keyLen uint32
+	head           [2]uint64
 }
 
 // NewSorter returns a Sorter that spills to dir ("" means os.TempDir()) and
@@ -126,6 +133,9 @@ func (s *Sorter) Add(e *Entry) error {
 			return err
 		}
 	}
+	if s.byKey {
+		s.share(e.KV.Key)
+	}
 	bi := s.room(len(rec))
 	b := s.blocks[bi]
 	off := len(b)
@@ -157,12 +167,53 @@ func (s *Sorter) room(n int) int {
 	return len(s.blocks) - 1
 }
 
+// share narrows the batch's shared key prefix to the part key has; call it
+// before key is added.
+func (s *Sorter) share(key []byte) {
+	if len(s.items) == 0 {
+		s.shared = len(key)
+		return
+	}
+	first := s.itemKey(s.items[0])
+	n := min(s.shared, len(key))
+	i := 0
+	for i < n && first[i] == key[i] {
+		i++
+	}
+	s.shared = i
+}
+
 func (s *Sorter) sortBatch() {
 	if !s.byKey {
 		slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(nil, a.rev, nil, b.rev) })
 		return
 	}
-	slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev) })
+	// Keys of one kind share a long prefix (/registry/pods/...): bytes
+	// compared from the start would mostly be equal, and each comparison
+	// would read two keys from scattered blocks. A million such keys
+	// sorted 1.7 s of CPU in bytes.Compare. The heads compare the first
+	// bytes that differ, zero-padded: a shorter key's padding sorts it
+	// first, and equal heads fall back to the whole key.
+	for i := range s.items {
+		it := &s.items[i]
+		it.head = keyHead(s.itemKey(*it)[s.shared:])
+	}
+	slices.SortFunc(s.items, func(a, b sortItem) int {
+		if c := cmp.Compare(a.head[0], b.head[0]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.head[1], b.head[1]); c != 0 {
+			return c
+		}
+		return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev)
+	})
+}
+
+// keyHead is key's first 16 bytes as two big-endian numbers, zero-padded.
+func keyHead(key []byte) [2]uint64 {
+	var b [16]byte
+	copy(b[:], key)
+	return [2]uint64{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
 
 // spillBatch sorts the in-memory batch and appends it to the spill file as
