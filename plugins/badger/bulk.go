@@ -43,9 +43,6 @@ const loadBufferBytes = 4 << 20
 // releases of its tables' resident pages (releaseTablePages).
 const releaseEveryBytes = 64 << 20
 
-// loadStream is the StreamWriter's only stream: the pairs arrive sorted.
-const loadStream = 1
-
 var _ kv.BulkLoader = (*Store)(nil)
 
 // BulkLoad starts a load with badger's StreamWriter (see the comment above
@@ -127,7 +124,7 @@ type bulkLoad struct {
 	marker      []byte
 	markerValue []byte
 	buf         *z.Buffer
-	last        []byte
+	order       kv.LoadOrder
 	kv          pb.KV
 	flushed     bool
 	// unreleased counts the bytes written since the tables' pages were
@@ -135,7 +132,12 @@ type bulkLoad struct {
 	unreleased int
 }
 
-func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error {
+func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error { return l.AddTo(ctx, 0, pairs) }
+
+// AddTo hands the pairs to StreamWriter stream stream+1 (badger's stream 0
+// is not usable): each stream builds its own tables, so the load's streams
+// need not be merged into one order.
+func (l *bulkLoad) AddTo(ctx context.Context, stream int, pairs []kv.Pair) error {
 	// The shared gate keeps Close from cancelling the StreamWriter in the
 	// middle of a Write.
 	l.store.gate.RLock()
@@ -147,16 +149,15 @@ func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error {
 		if len(p.Key) == 0 || len(p.Key) > MaxKeySize || len(p.Value) > kv.MaxValueSize {
 			return fmt.Errorf("badger: bulk load: key of %d bytes, value of %d", len(p.Key), len(p.Value))
 		}
-		if l.last != nil && bytes.Compare(p.Key, l.last) <= 0 {
-			return fmt.Errorf("badger: bulk load: key %q does not sort after %q", p.Key, l.last)
-		}
 		if bytes.Equal(p.Key, l.marker) {
 			return fmt.Errorf("badger: bulk load: a pair names the marker key %q", p.Key)
 		}
-		l.last = append(l.last[:0], p.Key...)
+		if err := l.order.Check(stream, p.Key); err != nil {
+			return fmt.Errorf("badger: %w", err)
+		}
 		// Version 1 for every key: the StreamWriter sets badger's clock
 		// past the highest version it wrote, so later commits shadow it.
-		l.kv = pb.KV{Key: dataKey(p.Key), Value: p.Value, Version: 1, StreamId: loadStream}
+		l.kv = pb.KV{Key: dataKey(p.Key), Value: p.Value, Version: 1, StreamId: uint32(stream) + 1}
 		badgerdb.KVToBuffer(&l.kv, l.buf)
 		if l.buf.LenNoPadding() >= loadBufferBytes {
 			if err := l.write(ctx); err != nil {
@@ -195,6 +196,11 @@ func (l *bulkLoad) activeLocked() error {
 }
 
 func (l *bulkLoad) Finish(ctx context.Context) error {
+	// Tables of one level must not overlap: the StreamWriter would
+	// register them anyway.
+	if err := l.order.Disjoint(); err != nil {
+		return fmt.Errorf("badger: %w", err)
+	}
 	if err := l.flush(ctx); err != nil {
 		return err
 	}
