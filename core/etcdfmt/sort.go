@@ -31,7 +31,8 @@ const (
 
 // Sorter puts entries into revision order using bounded memory: it keeps up
 // to memLimit bytes of rows, sorts them, spills each full batch to a run
-// file in dir, and merges the runs.
+// file in dir, and merges the runs. A batch is sorted and written while
+// the next one fills, so memory holds up to two batches once it spills.
 //
 // Rows are kept encoded in blocks of bytes rather than as Entry values so
 // that a batch costs its bytes plus a small index entry and no allocation
@@ -58,6 +59,11 @@ type Sorter struct {
 	spillW *bufio.Writer
 	spillN int64   // bytes written to spill
 	runs   []int64 // start offset of each run in spill; a run ends where the next begins
+	// spilling carries the result of the batch being written (spillBatch),
+	// nil when none is; spare is the batch written last, whose buffers
+	// the next batch reuses.
+	spilling chan error
+	spare    *Sorter
 	// shared is how many leading bytes every key of the batch has in
 	// common (a key sorter's: see sortBatch).
 	shared  int
@@ -227,24 +233,54 @@ func (s *Sorter) spillBatch() error {
 		s.spill = f
 		s.spillW = bufio.NewWriterSize(f, 256<<10)
 	}
-	s.sortBatch()
+	if err := s.waitSpill(); err != nil {
+		return err
+	}
+	// The full batch is sorted and written on a goroutine of its own
+	// while the next one fills the buffers of the batch spilled before:
+	// reading the input and sorting take a core each.
+	full := &Sorter{byKey: s.byKey, blocks: s.blocks, items: s.items, shared: s.shared}
+	s.blocks, s.items, s.used = nil, nil, 0
+	if sp := s.spare; sp != nil {
+		// Its blocks stay allocated, kept past the slice's length for
+		// room to find.
+		for i := range sp.blocks {
+			sp.blocks[i] = sp.blocks[i][:0]
+		}
+		s.blocks, s.items = sp.blocks[:0], sp.items[:0]
+	}
+	s.spare = full
 	s.runs = append(s.runs, s.spillN)
-	for _, it := range s.items {
-		rec := s.record(it)
-		nn, err := s.spillW.Write(rec)
+	done := make(chan error, 1)
+	s.spilling = done
+	go func() { done <- s.writeRun(full) }()
+	return nil
+}
+
+// writeRun sorts batch and appends it to the spill file. It runs on its own
+// goroutine: it touches only batch, spillW and spillN, which the Sorter
+// leaves alone until waitSpill.
+func (s *Sorter) writeRun(batch *Sorter) error {
+	batch.sortBatch()
+	for _, it := range batch.items {
+		nn, err := s.spillW.Write(batch.record(it))
 		s.spillN += int64(nn)
 		if err != nil {
 			return fmt.Errorf("etcdfmt: sort: write run: %w", err)
 		}
 	}
-	// The blocks stay allocated for the next batch, kept past the
-	// slice's length for room to find.
-	for i := range s.blocks {
-		s.blocks[i] = s.blocks[i][:0]
-	}
-	s.blocks, s.used = s.blocks[:0], 0
-	s.items = s.items[:0]
 	return nil
+}
+
+// waitSpill waits for the batch being written, if any, and returns its
+// error.
+func (s *Sorter) waitSpill() error {
+	if s.spilling == nil {
+		return nil
+	}
+	err := <-s.spilling
+	s.spilling = nil
+	return err
 }
 
 // record returns the encoded row it points at, length prefix included.
@@ -261,6 +297,10 @@ func (s *Sorter) record(it sortItem) []byte {
 // Two rows with the same revision are an error: the input is corrupt.
 func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 	s.sealed = true
+	if err := s.waitSpill(); err != nil {
+		return err
+	}
+	s.spare = nil
 	s.sortBatch()
 	its := []rowIter{&memIter{s: s}}
 	if len(s.runs) > 0 {
@@ -284,7 +324,9 @@ func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 
 // Close removes the spill file. It is safe to call more than once.
 func (s *Sorter) Close() error {
-	s.blocks, s.items, s.runs = nil, nil, nil
+	// A failed write is moot once the run file goes.
+	_ = s.waitSpill()
+	s.blocks, s.items, s.runs, s.spare = nil, nil, nil, nil
 	if s.spill == nil {
 		return nil
 	}
