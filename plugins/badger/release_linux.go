@@ -42,6 +42,11 @@ func releaseTablePages(dir string) error {
 		if len(f) < 6 || !bytes.HasPrefix(f[5], prefix) || !bytes.HasSuffix(f[5], []byte(".sst")) {
 			continue
 		}
+		// Only shared mappings ("rw-s"): released pages of a private
+		// one would lose what was written to them.
+		if len(f[1]) < 4 || f[1][3] != 's' {
+			continue
+		}
 		start, end, ok := bytes.Cut(f[0], []byte("-"))
 		if !ok {
 			continue

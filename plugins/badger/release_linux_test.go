@@ -47,6 +47,20 @@ func TestReleaseTablePages(t *testing.T) {
 			t.Fatalf("byte %d is %d after the release, want %d", i, data[i], byte(i%251))
 		}
 	}
+
+	// A private mapping's written pages exist nowhere else: they stay.
+	private, err := syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(private)
+	private[0] = 'p'
+	if err := releaseTablePages(dir); err != nil {
+		t.Fatal(err)
+	}
+	if private[0] != 'p' {
+		t.Fatalf("a private mapping's written byte is %q after the release", private[0])
+	}
 }
 
 // mappedRSS returns the resident kB of this process's mappings of path.
