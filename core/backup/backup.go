@@ -100,7 +100,9 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	if opts.BumpRevision > 0 && !opts.MarkCompacted {
 		return RestoreInfo{}, errors.New("backup: --bump-revision requires --mark-compacted: revisions between the backup and the bumped one never existed, so no watcher may resume inside them")
 	}
-	f, err := snapshot.Open(path, snapshot.OpenOptions{SkipHashCheck: opts.SkipHashCheck})
+	// The import decodes and checks every row as it sorts them: Open
+	// need not do it first.
+	f, err := snapshot.Open(path, snapshot.OpenOptions{SkipHashCheck: opts.SkipHashCheck, SkipRowScan: true})
 	if err != nil {
 		return RestoreInfo{}, err
 	}
@@ -144,7 +146,7 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	}
 	var progress func(int64)
 	if opts.Progress != nil {
-		progress = func(rows int64) { opts.Progress(rows, int64(info.TotalKeys)) }
+		progress = func(rows int64) { opts.Progress(rows, int64(info.Rows)) }
 	}
 	out.Rows, err = mvcc.BulkImport(ctx, mvcc.BulkImportOptions{
 		Store:  store,

@@ -3,6 +3,7 @@ package etcdfmt
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"container/heap"
 	"context"
 	"encoding/binary"
@@ -17,7 +18,7 @@ const (
 	defaultSortMem = 64 << 20
 	// sortIndexOverhead is what one buffered row costs besides its encoded
 	// bytes: its sortItem.
-	sortIndexOverhead = 32
+	sortIndexOverhead = 48
 	// A merge reads each run through its own buffer; the buffers share
 	// the memory limit but never shrink below minRunBuf (tiny buffers make
 	// the merge one read call per row) nor grow beyond maxRunBuf (bigger
@@ -30,7 +31,8 @@ const (
 
 // Sorter puts entries into revision order using bounded memory: it keeps up
 // to memLimit bytes of rows, sorts them, spills each full batch to a run
-// file in dir, and merges the runs.
+// file in dir, and merges the runs. A batch is sorted and written while
+// the next one fills, so memory holds up to two batches once it spills.
 //
 // Rows are kept encoded in blocks of bytes rather than as Entry values so
 // that a batch costs its bytes plus a small index entry and no allocation
@@ -53,21 +55,32 @@ type Sorter struct {
 	used   int        // bytes of rows in blocks
 	items  []sortItem // their revisions and places in blocks
 
-	spill   *os.File
-	spillW  *bufio.Writer
-	spillN  int64   // bytes written to spill
-	runs    []int64 // start offset of each run in spill; a run ends where the next begins
+	spill  *os.File
+	spillW *bufio.Writer
+	spillN int64   // bytes written to spill
+	runs   []int64 // start offset of each run in spill; a run ends where the next begins
+	// spilling carries the result of the batch being written (spillBatch),
+	// nil when none is; spare is the batch written last, whose buffers
+	// the next batch reuses.
+	spilling chan error
+	spare    *Sorter
+	// shared is how many leading bytes every key of the batch has in
+	// common (a key sorter's: see sortBatch).
+	shared  int
 	n       int64
 	sealed  bool
 	scratch []byte
 }
 
 // sortItem locates one encoded row of the in-memory batch, and its key
-// (a key sorter compares keys without decoding rows).
+// (a key sorter compares keys without decoding rows). A key sorter also
+// keeps 16 bytes of the key in it, those after the batch's shared prefix:
+// most comparisons end there, without a cache miss into the blocks.
 type sortItem struct {
 	rev            Revision
 	block, off     uint32
 	keyOff, keyLen uint32
+	head           [2]uint64
 }
 
 // NewSorter returns a Sorter that spills to dir ("" means os.TempDir()) and
@@ -126,6 +139,9 @@ func (s *Sorter) Add(e *Entry) error {
 			return err
 		}
 	}
+	if s.byKey {
+		s.share(e.KV.Key)
+	}
 	bi := s.room(len(rec))
 	b := s.blocks[bi]
 	off := len(b)
@@ -157,12 +173,53 @@ func (s *Sorter) room(n int) int {
 	return len(s.blocks) - 1
 }
 
+// share narrows the batch's shared key prefix to the part key has; call it
+// before key is added.
+func (s *Sorter) share(key []byte) {
+	if len(s.items) == 0 {
+		s.shared = len(key)
+		return
+	}
+	first := s.itemKey(s.items[0])
+	n := min(s.shared, len(key))
+	i := 0
+	for i < n && first[i] == key[i] {
+		i++
+	}
+	s.shared = i
+}
+
 func (s *Sorter) sortBatch() {
 	if !s.byKey {
 		slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(nil, a.rev, nil, b.rev) })
 		return
 	}
-	slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev) })
+	// Keys of one kind share a long prefix (/registry/pods/...): bytes
+	// compared from the start would mostly be equal, and each comparison
+	// would read two keys from scattered blocks. A million such keys
+	// sorted 1.7 s of CPU in bytes.Compare. The heads compare the first
+	// bytes that differ, zero-padded: a shorter key's padding sorts it
+	// first, and equal heads fall back to the whole key.
+	for i := range s.items {
+		it := &s.items[i]
+		it.head = keyHead(s.itemKey(*it)[s.shared:])
+	}
+	slices.SortFunc(s.items, func(a, b sortItem) int {
+		if c := cmp.Compare(a.head[0], b.head[0]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.head[1], b.head[1]); c != 0 {
+			return c
+		}
+		return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev)
+	})
+}
+
+// keyHead is key's first 16 bytes as two big-endian numbers, zero-padded.
+func keyHead(key []byte) [2]uint64 {
+	var b [16]byte
+	copy(b[:], key)
+	return [2]uint64{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:])}
 }
 
 // spillBatch sorts the in-memory batch and appends it to the spill file as
@@ -176,24 +233,54 @@ func (s *Sorter) spillBatch() error {
 		s.spill = f
 		s.spillW = bufio.NewWriterSize(f, 256<<10)
 	}
-	s.sortBatch()
+	if err := s.waitSpill(); err != nil {
+		return err
+	}
+	// The full batch is sorted and written on a goroutine of its own
+	// while the next one fills the buffers of the batch spilled before:
+	// reading the input and sorting take a core each.
+	full := &Sorter{byKey: s.byKey, blocks: s.blocks, items: s.items, shared: s.shared}
+	s.blocks, s.items, s.used = nil, nil, 0
+	if sp := s.spare; sp != nil {
+		// Its blocks stay allocated, kept past the slice's length for
+		// room to find.
+		for i := range sp.blocks {
+			sp.blocks[i] = sp.blocks[i][:0]
+		}
+		s.blocks, s.items = sp.blocks[:0], sp.items[:0]
+	}
+	s.spare = full
 	s.runs = append(s.runs, s.spillN)
-	for _, it := range s.items {
-		rec := s.record(it)
-		nn, err := s.spillW.Write(rec)
+	done := make(chan error, 1)
+	s.spilling = done
+	go func() { done <- s.writeRun(full) }()
+	return nil
+}
+
+// writeRun sorts batch and appends it to the spill file. It runs on its own
+// goroutine: it touches only batch, spillW and spillN, which the Sorter
+// leaves alone until waitSpill.
+func (s *Sorter) writeRun(batch *Sorter) error {
+	batch.sortBatch()
+	for _, it := range batch.items {
+		nn, err := s.spillW.Write(batch.record(it))
 		s.spillN += int64(nn)
 		if err != nil {
 			return fmt.Errorf("etcdfmt: sort: write run: %w", err)
 		}
 	}
-	// The blocks stay allocated for the next batch, kept past the
-	// slice's length for room to find.
-	for i := range s.blocks {
-		s.blocks[i] = s.blocks[i][:0]
-	}
-	s.blocks, s.used = s.blocks[:0], 0
-	s.items = s.items[:0]
 	return nil
+}
+
+// waitSpill waits for the batch being written, if any, and returns its
+// error.
+func (s *Sorter) waitSpill() error {
+	if s.spilling == nil {
+		return nil
+	}
+	err := <-s.spilling
+	s.spilling = nil
+	return err
 }
 
 // record returns the encoded row it points at, length prefix included.
@@ -210,6 +297,10 @@ func (s *Sorter) record(it sortItem) []byte {
 // Two rows with the same revision are an error: the input is corrupt.
 func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 	s.sealed = true
+	if err := s.waitSpill(); err != nil {
+		return err
+	}
+	s.spare = nil
 	s.sortBatch()
 	its := []rowIter{&memIter{s: s}}
 	if len(s.runs) > 0 {
@@ -233,7 +324,9 @@ func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 
 // Close removes the spill file. It is safe to call more than once.
 func (s *Sorter) Close() error {
-	s.blocks, s.items, s.runs = nil, nil, nil
+	// A failed write is moot once the run file goes.
+	_ = s.waitSpill()
+	s.blocks, s.items, s.runs, s.spare = nil, nil, nil, nil
 	if s.spill == nil {
 		return nil
 	}

@@ -2,11 +2,13 @@ package etcdfmt
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -233,4 +235,58 @@ func BenchmarkSorter(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(n), "rows/op")
+}
+
+// TestKeySorterOrder sorts keys that defeat a comparison of key heads:
+// long shared prefixes, keys that are prefixes of others, zero bytes
+// (which the heads' padding also holds) and keys differing only past 16
+// bytes, in memory and through runs; the order must be bytes.Compare's,
+// then the revisions'.
+func TestKeySorterOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4, 4))
+	alphabet := []byte{0, 1, 'a', 'b', 0xff}
+	var es []Entry
+	for i := range 3000 {
+		key := []byte("/registry/pods/")
+		for range rng.IntN(24) {
+			key = append(key, alphabet[rng.IntN(len(alphabet))])
+		}
+		e := Entry{Rev: Revision{Main: int64(i + 2)}, KV: keyValue(string(key), int64(i+2))}
+		es = append(es, e)
+		if rng.IntN(4) == 0 { // the same key again, later
+			es = append(es, Entry{Rev: Revision{Main: e.Rev.Main, Sub: 1}, KV: keyValue(string(key), e.Rev.Main)})
+		}
+	}
+	want := slices.Clone(es)
+	slices.SortFunc(want, func(a, b Entry) int {
+		if c := bytes.Compare(a.KV.Key, b.KV.Key); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.Rev.Main, b.Rev.Main); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Rev.Sub, b.Rev.Sub)
+	})
+	for _, memLimit := range []int{1 << 20, 8 << 10} {
+		t.Run(fmt.Sprint(memLimit), func(t *testing.T) {
+			rng.Shuffle(len(es), func(i, j int) { es[i], es[j] = es[j], es[i] })
+			s := NewKeySorter(t.TempDir(), memLimit)
+			defer s.Close()
+			addAll(t, s, es)
+			i := 0
+			err := s.Each(t.Context(), func(e *Entry) error {
+				if w := &want[i]; !bytes.Equal(e.KV.Key, w.KV.Key) || e.Rev != w.Rev {
+					return fmt.Errorf("row %d: %q at %v, want %q at %v", i, e.KV.Key, e.Rev, w.KV.Key, w.Rev)
+				}
+				i++
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i != len(want) {
+				t.Fatalf("Each gave %d rows, want %d", i, len(want))
+			}
+		})
+	}
 }

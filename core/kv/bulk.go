@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ErrNotEmpty is returned by BulkLoad for a store that holds keys.
@@ -37,9 +38,17 @@ type BulkLoader interface {
 
 // Load is one bulk load in progress. It is not safe for concurrent use.
 type Load interface {
-	// Add loads pairs, which must be in strictly ascending key order, also
-	// across calls. Add keeps no reference to them after it returns.
+	// Add loads pairs into stream 0, as AddTo does.
 	Add(ctx context.Context, pairs []Pair) error
+	// AddTo loads pairs into one of the load's streams, numbered from 0
+	// to MaxLoadStreams-1. Within a stream pairs must be in strictly
+	// ascending key order, also across calls; the key ranges of the
+	// streams must not overlap (Finish fails if they do). A caller whose
+	// data comes as several sorted sequences, one per key range, loads
+	// each as it comes instead of merging them first; an engine may build
+	// each stream's files apart (badger: one StreamWriter stream each).
+	// AddTo keeps no reference to the pairs after it returns.
+	AddTo(ctx context.Context, stream int, pairs []Pair) error
 	// Finish makes everything added durable and visible and deletes the
 	// marker.
 	Finish(ctx context.Context) error
@@ -155,24 +164,25 @@ type commitLoad struct {
 	batchBytes int
 	ops        []Op
 	size       int
-	last       []byte
+	order      LoadOrder
 	done       bool
 }
 
-func (l *commitLoad) Add(ctx context.Context, pairs []Pair) error {
+func (l *commitLoad) Add(ctx context.Context, pairs []Pair) error { return l.AddTo(ctx, 0, pairs) }
+
+func (l *commitLoad) AddTo(ctx context.Context, stream int, pairs []Pair) error {
 	if l.done {
 		return errors.New("kv: bulk load: Add after Finish or Abort")
 	}
 	for _, p := range pairs {
-		if l.last != nil && bytes.Compare(p.Key, l.last) <= 0 {
-			return fmt.Errorf("kv: bulk load: key %q does not sort after %q", p.Key, l.last)
-		}
 		if bytes.Equal(p.Key, l.marker) {
 			return fmt.Errorf("kv: bulk load: a pair names the marker key %q", p.Key)
 		}
+		if err := l.order.Check(stream, p.Key); err != nil {
+			return err
+		}
 		// Copies: the caller may reuse its buffers once Add returns, and
 		// the batch is committed later.
-		l.last = append(l.last[:0], p.Key...)
 		l.ops = append(l.ops, Put(bytes.Clone(p.Key), bytes.Clone(p.Value)))
 		l.size += len(p.Key) + len(p.Value) + 16
 		if l.size >= l.batchBytes {
@@ -189,7 +199,7 @@ func (l *commitLoad) flush(ctx context.Context) error {
 		return nil
 	}
 	if err := commitSplit(ctx, l.store, l.ops); err != nil {
-		return fmt.Errorf("kv: bulk load: commit up to key %q: %w", l.last, err)
+		return fmt.Errorf("kv: bulk load: commit up to key %q: %w", l.ops[len(l.ops)-1].Key, err)
 	}
 	clear(l.ops)
 	l.ops, l.size = l.ops[:0], 0
@@ -199,6 +209,9 @@ func (l *commitLoad) flush(ctx context.Context) error {
 func (l *commitLoad) Finish(ctx context.Context) error {
 	if l.done {
 		return errors.New("kv: bulk load: Finish after Finish or Abort")
+	}
+	if err := l.order.Disjoint(); err != nil {
+		return err
 	}
 	if err := l.flush(ctx); err != nil {
 		return err
@@ -212,5 +225,49 @@ func (l *commitLoad) Finish(ctx context.Context) error {
 
 func (l *commitLoad) Abort() error {
 	l.done, l.ops = true, nil
+	return nil
+}
+
+// MaxLoadStreams bounds a Load's streams.
+const MaxLoadStreams = 16
+
+// LoadOrder checks a Load's key order: ascending within each stream,
+// streams in disjoint key ranges. Loaders embed it; its zero value is
+// ready.
+type LoadOrder struct {
+	first, last [MaxLoadStreams][]byte
+}
+
+// Check accepts key as the next key of stream, or says why not.
+func (o *LoadOrder) Check(stream int, key []byte) error {
+	if stream < 0 || stream >= MaxLoadStreams {
+		return fmt.Errorf("kv: bulk load: stream %d outside [0, %d)", stream, MaxLoadStreams)
+	}
+	last := o.last[stream]
+	if last != nil && bytes.Compare(key, last) <= 0 {
+		return fmt.Errorf("kv: bulk load: key %q does not sort after %q in stream %d", key, last, stream)
+	}
+	if last == nil {
+		o.first[stream] = bytes.Clone(key)
+	}
+	o.last[stream] = append(last[:0], key...)
+	return nil
+}
+
+// Disjoint says which two streams' key ranges overlap, if any.
+func (o *LoadOrder) Disjoint() error {
+	var used []int
+	for s := range o.first {
+		if o.first[s] != nil {
+			used = append(used, s)
+		}
+	}
+	slices.SortFunc(used, func(a, b int) int { return bytes.Compare(o.first[a], o.first[b]) })
+	for i := 1; i < len(used); i++ {
+		a, b := used[i-1], used[i]
+		if bytes.Compare(o.last[a], o.first[b]) >= 0 {
+			return fmt.Errorf("kv: bulk load: streams %d [%q, %q] and %d [%q, %q] overlap", a, o.first[a], o.last[a], b, o.first[b], o.last[b])
+		}
+	}
 	return nil
 }

@@ -28,6 +28,12 @@ type OpenOptions struct {
 	// still crash the process while bbolt checks it, as it can crash
 	// etcdutl.
 	SkipHashCheck bool
+	// SkipRowScan leaves out the decode of every key-bucket row: Info's
+	// TotalKeys and Hash stay 0 (the rest comes from the meta bucket, the
+	// key bucket's last key and its page statistics). For a caller that
+	// reads every row through Entries, which decodes and checks each row
+	// anyway: a restore saves a pass over the file.
+	SkipRowScan bool
 }
 
 // File is an open snapshot file. Its methods but Close may be called
@@ -36,7 +42,15 @@ type File struct {
 	path string
 	db   *bolt.DB
 	info Info
+	// size is the bbolt database's size: the part of the mapping
+	// releasePages may release.
+	size int64
 }
+
+// releaseEvery is how many bytes of rows a scan reads between releases of
+// the mapping's resident pages: the scan holds at most about this much of
+// the file resident.
+const releaseEvery = 64 << 20
 
 // lockTimeout bounds the wait for bbolt's shared file lock: a file held by
 // a running etcd (an exclusive lock) is not a snapshot to read.
@@ -119,13 +133,17 @@ func open(path string, opts OpenOptions) (_ *File, err error) {
 		}
 	}
 
-	f := &File{path: path, db: db}
+	f := &File{path: path, db: db, size: boltSize}
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
 			if err := check(tx); err != nil {
 				return err
 			}
-			info, err := scan(tx)
+			scanner := scan
+			if opts.SkipRowScan {
+				scanner = scanMeta
+			}
+			info, err := scanner(tx)
 			f.info = info
 			f.info.HasHashTrailer = trailer
 			return err
@@ -134,6 +152,8 @@ func open(path string, opts OpenOptions) (_ *File, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// The check and the scan read every page.
+	releasePages(db, boltSize)
 	return f, nil
 }
 
@@ -224,6 +244,9 @@ func scan(tx *bolt.Tx) (Info, error) {
 		var prev etcdfmt.Revision
 		err := b.ForEach(func(k, v []byte) error {
 			ib.row(k, v)
+			if isKey {
+				ib.rows++
+			}
 			switch {
 			case isKey && isRevisionMarker(k, v):
 				r, _, err := etcdfmt.ParseBucketKey(k)
@@ -250,6 +273,34 @@ func scan(tx *bolt.Tx) (Info, error) {
 		}
 	}
 	return ib.info(tx.Size(), false), nil
+}
+
+// scanMeta is scan without the key bucket's rows: it reads the meta bucket,
+// the key bucket's last revision and its row count.
+func scanMeta(tx *bolt.Tx) (Info, error) {
+	meta, keys := tx.Bucket(etcdfmt.BucketMeta), tx.Bucket(etcdfmt.BucketKey)
+	if meta == nil {
+		return Info{}, ErrNoMetaBucket
+	}
+	if keys == nil {
+		return Info{}, ErrNoKeyBucket
+	}
+	ib := newInfoBuilder()
+	if err := meta.ForEach(ib.metaRow); err != nil {
+		return Info{}, err
+	}
+	// Keys are revisions, big-endian: the last one is the highest.
+	if k, _ := keys.Cursor().Last(); k != nil {
+		r, _, err := etcdfmt.ParseBucketKey(k)
+		if err != nil {
+			return Info{}, fmt.Errorf("key bucket row %x: %w", k, err)
+		}
+		ib.lastMain = r.Main
+	}
+	ib.rows = keys.Stats().KeyN
+	out := ib.info(tx.Size(), false)
+	out.Hash = 0
+	return out, nil
 }
 
 // isRevisionMarker reports a key-bucket row with an empty value: no version
@@ -325,9 +376,14 @@ func (f *File) entries(ctx context.Context, fn func(*etcdfmt.Entry) error, view 
 		return f.db.View(func(tx *bolt.Tx) error {
 			b := tx.Bucket(etcdfmt.BucketKey)
 			var prev etcdfmt.Revision
-			n := 0
+			n, read := 0, 0
+			defer releasePages(f.db, f.size)
 			c := b.Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if read += len(k) + len(v); read >= releaseEvery {
+					releasePages(f.db, f.size)
+					read = 0
+				}
 				if n%ctxCheckEvery == 0 {
 					if err := ctx.Err(); err != nil {
 						return err

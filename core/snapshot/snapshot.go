@@ -74,6 +74,9 @@ type Info struct {
 	// TotalKeys is `etcdutl snapshot status`'s "total keys": the keys whose
 	// last row is not a tombstone, i.e. the keys live at Revision.
 	TotalKeys int
+	// Rows is the number of key-bucket rows: versions, tombstones and
+	// revision markers.
+	Rows int
 	// TotalSize is the bbolt database's size (its pages in use, as
 	// `etcdutl snapshot status` prints it), without a trailer.
 	TotalSize int64
@@ -94,6 +97,7 @@ type infoBuilder struct {
 	crc        hash.Hash32
 	live       liveKeys
 	lastMain   int64
+	rows       int
 	finished   int64
 	scheduled  int64
 	storageVer string
@@ -146,6 +150,7 @@ func (b *infoBuilder) info(totalSize int64, trailer bool) Info {
 		CompactRev:          b.finished,
 		ScheduledCompactRev: b.scheduled,
 		TotalKeys:           b.live.len(),
+		Rows:                b.rows,
 		TotalSize:           totalSize,
 		Hash:                b.crc.Sum32(),
 		StorageVersion:      b.storageVer,

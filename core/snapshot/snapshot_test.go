@@ -58,6 +58,7 @@ func TestWriteOpenRoundTrip(t *testing.T) {
 		CompactRev:          opts.CompactRev,
 		ScheduledCompactRev: opts.CompactRev,
 		TotalKeys:           liveCount(rows),
+		Rows:                len(rows),
 		StorageVersion:      "3.6.0",
 		TotalSize:           winfo.TotalSize,
 		Hash:                winfo.Hash,
@@ -102,6 +103,17 @@ func TestWriteOpenRoundTrip(t *testing.T) {
 		}
 		defer f.Close()
 		check(t, f, want)
+	})
+
+	t.Run("skip row scan", func(t *testing.T) {
+		f, err := Open(path, OpenOptions{SkipHashCheck: true, SkipRowScan: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		quick := want
+		quick.TotalKeys, quick.Hash = 0, 0
+		check(t, f, quick)
 	})
 
 	t.Run("trailer", func(t *testing.T) {

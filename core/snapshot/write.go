@@ -259,6 +259,7 @@ func (w *writer) put(e *etcdfmt.Entry) error {
 	}
 	w.ib.row(k, v)
 	w.ib.keyRow(e)
+	w.ib.rows++
 	w.n++
 	w.last = e.Rev
 	w.lastKey = append(w.lastKey[:0], e.KV.Key...)

@@ -36,8 +36,10 @@
 // # Bulk loading
 //
 // BulkLoad fills an empty store with badger's StreamWriter, table by table
-// into the bottom level; the load's marker waits in a file beside the
-// database until the load is synced (bulk.go). Meanwhile every other call
+// into the bottom level, each of the load's streams its own StreamWriter
+// stream; the load's marker waits in a file beside the database until the
+// load is synced (bulk.go), and the tables' mapped pages leave the resident
+// set as the load goes (release_linux.go). Meanwhile every other call
 // answers kv.ErrLoading.
 package badger
 

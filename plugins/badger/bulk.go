@@ -39,8 +39,9 @@ const loadMarkerFile = "ENGRAM-BULK-LOAD"
 // Write.
 const loadBufferBytes = 4 << 20
 
-// loadStream is the StreamWriter's only stream: the pairs arrive sorted.
-const loadStream = 1
+// releaseEveryBytes is how many bytes of pairs a load writes between
+// releases of its tables' resident pages (releaseTablePages).
+const releaseEveryBytes = 64 << 20
 
 var _ kv.BulkLoader = (*Store)(nil)
 
@@ -123,12 +124,20 @@ type bulkLoad struct {
 	marker      []byte
 	markerValue []byte
 	buf         *z.Buffer
-	last        []byte
+	order       kv.LoadOrder
 	kv          pb.KV
 	flushed     bool
+	// unreleased counts the bytes written since the tables' pages were
+	// last released.
+	unreleased int
 }
 
-func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error {
+func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error { return l.AddTo(ctx, 0, pairs) }
+
+// AddTo hands the pairs to StreamWriter stream stream+1 (badger's stream 0
+// is not usable): each stream builds its own tables, so the load's streams
+// need not be merged into one order.
+func (l *bulkLoad) AddTo(ctx context.Context, stream int, pairs []kv.Pair) error {
 	// The shared gate keeps Close from cancelling the StreamWriter in the
 	// middle of a Write.
 	l.store.gate.RLock()
@@ -140,16 +149,15 @@ func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error {
 		if len(p.Key) == 0 || len(p.Key) > MaxKeySize || len(p.Value) > kv.MaxValueSize {
 			return fmt.Errorf("badger: bulk load: key of %d bytes, value of %d", len(p.Key), len(p.Value))
 		}
-		if l.last != nil && bytes.Compare(p.Key, l.last) <= 0 {
-			return fmt.Errorf("badger: bulk load: key %q does not sort after %q", p.Key, l.last)
-		}
 		if bytes.Equal(p.Key, l.marker) {
 			return fmt.Errorf("badger: bulk load: a pair names the marker key %q", p.Key)
 		}
-		l.last = append(l.last[:0], p.Key...)
+		if err := l.order.Check(stream, p.Key); err != nil {
+			return fmt.Errorf("badger: %w", err)
+		}
 		// Version 1 for every key: the StreamWriter sets badger's clock
 		// past the highest version it wrote, so later commits shadow it.
-		l.kv = pb.KV{Key: dataKey(p.Key), Value: p.Value, Version: 1, StreamId: loadStream}
+		l.kv = pb.KV{Key: dataKey(p.Key), Value: p.Value, Version: 1, StreamId: uint32(stream) + 1}
 		badgerdb.KVToBuffer(&l.kv, l.buf)
 		if l.buf.LenNoPadding() >= loadBufferBytes {
 			if err := l.write(ctx); err != nil {
@@ -167,7 +175,13 @@ func (l *bulkLoad) write(ctx context.Context) error {
 	if err := l.sw.Write(l.buf); err != nil {
 		return fmt.Errorf("badger: bulk load: write: %w", err)
 	}
+	l.unreleased += l.buf.LenNoPadding()
 	l.buf.Reset()
+	// Only before Flush: it resumes compactions, which close tables.
+	if l.unreleased >= releaseEveryBytes && !l.store.inMemory && !l.flushed {
+		l.unreleased = 0
+		return releaseTablePages(l.store.db.Opts().Dir)
+	}
 	return nil
 }
 
@@ -182,6 +196,11 @@ func (l *bulkLoad) activeLocked() error {
 }
 
 func (l *bulkLoad) Finish(ctx context.Context) error {
+	// Tables of one level must not overlap: the StreamWriter would
+	// register them anyway.
+	if err := l.order.Disjoint(); err != nil {
+		return fmt.Errorf("badger: %w", err)
+	}
 	if err := l.flush(ctx); err != nil {
 		return err
 	}

@@ -108,6 +108,62 @@ func TestBulkLoad(t *testing.T) {
 	}
 }
 
+// TestBulkLoadStreams loads three key ranges as interleaved streams, each
+// in its own StreamWriter stream, and refuses streams that overlap.
+func TestBulkLoadStreams(t *testing.T) {
+	ctx := context.Background()
+	s := openDisk(t, t.TempDir())
+	defer s.Close()
+	load, err := s.BulkLoad(ctx, testMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []kv.Pair
+	for _, prefix := range []string{"a", "e", "k"} {
+		for i := range 2000 {
+			want = append(want, kv.Pair{Key: fmt.Appendf(nil, "%s/%06d", prefix, i), Value: fmt.Appendf(nil, "%s%d", prefix, i)})
+		}
+	}
+	// k's pairs first, then a's and e's taking turns, half each time.
+	for _, step := range []struct{ stream, from, to int }{{2, 4000, 6000}, {0, 0, 1000}, {1, 2000, 3000}, {0, 1000, 2000}, {1, 3000, 4000}} {
+		if err := load.AddTo(ctx, step.stream, want[step.from:step.to]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := load.AddTo(ctx, 2, want[4000:4001]); err == nil {
+		t.Fatal("AddTo accepted a key that sorts before its stream's last")
+	}
+	if err := load.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := contents(t, s)
+	if len(got) != len(want) {
+		t.Fatalf("loaded store holds %d pairs, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i].Key, want[i].Key) || !bytes.Equal(got[i].Value, want[i].Value) {
+			t.Fatalf("pair %d is %q=%q, want %q=%q", i, got[i].Key, got[i].Value, want[i].Key, want[i].Value)
+		}
+	}
+
+	s2 := openDisk(t, t.TempDir())
+	defer s2.Close()
+	load, err = s2.BulkLoad(ctx, testMarker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer load.Abort()
+	if err := load.AddTo(ctx, 0, want[:10]); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.AddTo(ctx, 1, want[5:6]); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Finish(ctx); err == nil {
+		t.Fatal("Finish accepted streams whose key ranges overlap")
+	}
+}
+
 func TestBulkLoadRefusesNonEmpty(t *testing.T) {
 	ctx := context.Background()
 	s := openDisk(t, t.TempDir())

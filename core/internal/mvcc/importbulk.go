@@ -15,17 +15,31 @@ import (
 )
 
 // The bulk import writes a whole history into an empty store in one
-// kv.Load, in key order: the records the Importer would commit revision by
-// revision, without reading the store back and without the engine's write
-// path. The rows are sorted by key first (etcdfmt's external sort, bounded
-// memory), which lets keyLayout derive each key's records from its own
-// versions; the change log and the lease index, ordered otherwise, go
-// through two more external sorts. The spaces are then loaded in key order
-// (coder's layout): lease index 'a', change log 'e', latest records 'k',
-// leases 'l', meta 'm', history 'o'.
+// kv.Load: the records the Importer would commit revision by revision,
+// without reading the store back and without the engine's write path. The
+// rows are sorted by key first (etcdfmt's external sort, bounded memory),
+// which lets keyLayout derive each key's records from its own versions. One
+// pass over the sorted rows loads the latest records ('k') and the history
+// ('o') as they come and sorts the change log ('e') and the lease index
+// ('a') apart, in two more external sorts; those, the leases ('l') and the
+// meta records ('m') follow. Each space is its own stream of the load
+// (kv.Load.AddTo), in key order within it (coder's layout), so no space
+// waits for another.
 //
 // The import record is the load's marker: a store whose load stopped holds
 // it, so Open refuses the store and the next import replaces it.
+
+// The load's streams, one per space (kv.Load.AddTo): each is written in
+// key order as it is produced, the latest records and the history during
+// the pass over the rows.
+const (
+	streamLeaseIndex = iota
+	streamChangeLog
+	streamLatest
+	streamLeases
+	streamMeta
+	streamHistory
+)
 
 // ImportLease is a lease to import with its granted TTL.
 type ImportLease struct {
@@ -91,18 +105,36 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 		return 0, fmt.Errorf("mvcc: import: finishing at revision %d below the last imported revision %d", fin.Rev, last)
 	}
 
-	// Pass one: the change log and the lease index, each sorted apart.
+	raw, err := json.Marshal(opts.Record)
+	if err != nil {
+		return 0, err
+	}
+	load, err := opts.Loader.BulkLoad(ctx, kv.Pair{Key: coder.MetaKey(metaImport), Value: raw})
+	if err != nil {
+		return 0, storageErr("start the load", err)
+	}
+	defer load.Abort()
+	out := &loadWriter{ctx: ctx, load: load}
+
+	// One pass over the rows in key order loads the latest records and
+	// the history as they come, each space its own stream, and sorts the
+	// change log and the lease index apart; those follow.
 	firstLogged := max(opts.Record.CompactRev, tso.FirstRevision+1)
 	changes := etcdfmt.NewSorter(opts.TempDir, opts.SortMemory)
 	defer changes.Close()
 	index := etcdfmt.NewKeySorter(opts.TempDir, opts.SortMemory)
 	defer index.Close()
-	var (
-		ce      etcdfmt.Entry
-		history bool
-	)
+	var ce etcdfmt.Entry
+	var historyKey []byte
 	layout := &keyLayout{firstLogged: firstLogged, leases: leases,
-		history: func([]byte, int64, []byte) error { history = true; return nil },
+		latest: func(key, record []byte) error {
+			out.key = coder.AppendRevisionKey(out.key[:0], key)
+			return out.put(streamLatest, out.key, record)
+		},
+		history: func(key []byte, rev int64, record []byte) error {
+			historyKey = coder.AppendObjectKey(historyKey[:0], key, rev)
+			return out.put(streamHistory, historyKey, record)
+		},
 		change: func(main, sub int64, c *change) error {
 			// A change travels through the sort as an Entry: its
 			// revision, key and deletion as such, prevRev as
@@ -116,46 +148,33 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 			return index.Add(&ce)
 		},
 	}
-	if err := layout.run(ctx, rows); err != nil {
-		return 0, fmt.Errorf("mvcc: import: %w", err)
+	err = layout.run(ctx, rows)
+	// Each sort's memory and run file go as soon as it is loaded, before
+	// the next stream's tables are built.
+	if err == nil {
+		err = rows.Close()
 	}
-
-	raw, err := json.Marshal(opts.Record)
-	if err != nil {
-		return 0, err
+	if err == nil {
+		err = index.Each(ctx, func(e *etcdfmt.Entry) error { return out.put(streamLeaseIndex, e.KV.Key, nil) })
 	}
-	load, err := opts.Loader.BulkLoad(ctx, kv.Pair{Key: coder.MetaKey(metaImport), Value: raw})
-	if err != nil {
-		return 0, storageErr("start the load", err)
+	if err == nil {
+		err = index.Close()
 	}
-	defer load.Abort()
-	out := &loadWriter{ctx: ctx, load: load}
-
-	err = index.Each(ctx, func(e *etcdfmt.Entry) error { return out.put(e.KV.Key, nil) })
 	if err == nil {
 		err = loadChangeLog(ctx, out, changes, firstLogged, fin.Rev)
 	}
 	if err == nil {
-		err = (&keyLayout{firstLogged: firstLogged, latest: func(key, record []byte) error {
-			out.key = coder.AppendRevisionKey(out.key[:0], key)
-			return out.put(out.key, record)
-		}}).run(ctx, rows)
+		err = changes.Close()
 	}
 	if err == nil {
-		err = loadSorted(out, leasePairs(opts.Leases))
+		err = loadSorted(out, streamLeases, leasePairs(opts.Leases))
 	}
 	if err == nil {
 		var meta []kv.Pair
 		meta, err = metaPairs(opts, fin)
 		if err == nil {
-			err = loadSorted(out, meta)
+			err = loadSorted(out, streamMeta, meta)
 		}
-	}
-	if err == nil && history {
-		err = (&keyLayout{firstLogged: firstLogged, history: func(key []byte, rev int64, record []byte) error {
-			out.key = coder.AppendObjectKey(out.key[:0], key, rev)
-			return out.put(out.key, record)
-		}}).run(ctx, rows)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("mvcc: import: %w", err)
@@ -234,7 +253,7 @@ func loadChangeLog(ctx context.Context, out *loadWriter, changes *etcdfmt.Sorter
 			}
 			out.key = coder.AppendEventKey(out.key[:0], next)
 			out.value = appendChanges(out.value[:0], cs)
-			if err := out.put(out.key, out.value); err != nil {
+			if err := out.put(streamChangeLog, out.key, out.value); err != nil {
 				return err
 			}
 		}
@@ -288,11 +307,11 @@ func metaPairs(opts BulkImportOptions, fin FinishOptions) ([]kv.Pair, error) {
 	return ps, nil
 }
 
-// loadSorted loads pairs after sorting them; they are few.
-func loadSorted(out *loadWriter, ps []kv.Pair) error {
+// loadSorted loads pairs into stream after sorting them; they are few.
+func loadSorted(out *loadWriter, stream int, ps []kv.Pair) error {
 	slices.SortFunc(ps, func(a, b kv.Pair) int { return bytes.Compare(a.Key, b.Key) })
 	for _, p := range ps {
-		if err := out.put(p.Key, p.Value); err != nil {
+		if err := out.put(stream, p.Key, p.Value); err != nil {
 			return err
 		}
 	}
@@ -308,9 +327,9 @@ type loadWriter struct {
 	key, value []byte
 }
 
-func (w *loadWriter) put(key, value []byte) error {
+func (w *loadWriter) put(stream int, key, value []byte) error {
 	w.one[0] = kv.Pair{Key: key, Value: value}
-	if err := w.load.Add(w.ctx, w.one[:]); err != nil {
+	if err := w.load.AddTo(w.ctx, stream, w.one[:]); err != nil {
 		return storageErr("load", err)
 	}
 	return nil
