@@ -206,6 +206,7 @@
 //	importbulk.go    bulk restore: a whole history in one kv.Load, key order
 //	importlayout.go  a key's records derived from its versions (bulk restore)
 //	importrecord.go  the record that keeps a half-done import from being served
+//	layout.go        the narrow record API of the import/export wing (package transfer)
 //
 // The reasons behind the layout, the writer and compaction, and the
 // measurements behind them, are in DESIGN.md ("The write path", "The read

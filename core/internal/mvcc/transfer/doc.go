@@ -18,11 +18,13 @@
 //
 // # Status
 //
-// This is the draft of the interface, committed before the move. The
-// wing's files are still in package mvcc (export.go, hashkv.go, import.go,
-// importrows.go, importrecord.go, importbulk.go, importlayout.go, with
-// transfer_test.go, export_superseded_test.go and importbulk_test.go);
-// nothing here is used yet.
+// The interface below is in package mvcc (layout.go, tested against the
+// worked example's bytes in layout_test.go). The wing's files have not
+// moved yet: they are still in package mvcc (export.go, hashkv.go,
+// import.go, importrows.go, importrecord.go, importbulk.go,
+// importlayout.go, with transfer_test.go, export_superseded_test.go,
+// importbulk_test.go and countversions_test.go) and still use mvcc's
+// internals; this package holds no code yet.
 //
 // # What the wing uses of mvcc today
 //
@@ -37,58 +39,49 @@
 // (revision, object, event, lease and lease-index keys, spaces, meta keys),
 // which stays so: coder already owns it alone.
 //
-// # The narrow API mvcc offers (draft)
+// # The narrow API mvcc offers (mvcc/layout.go)
 //
-// Records, in mvcc/layout.go, wrapping today's unexported code without
-// changing a byte:
+// Records, each a delegation to the one encoder or decoder the writer and
+// readers use, so not a byte of format is written twice:
 //
-//	// Version is one version of a key as its record holds it.
-//	type Version struct {
+//	type Version struct {               // one version, as its record holds it
 //		ModRev, Sub, CreateRev, Version, Lease int64
-//		Tombstone bool
+//		Tombstone                      bool
 //	}
-//	const SubUnknown = -1 // a record written before sub revisions were kept
+//	const SubUnknown                    // Sub of a record from before sub revisions
 //	func AppendVersion(dst []byte, v Version, value []byte) []byte
 //	func DecodeVersion(rec []byte) (v Version, value []byte, err error)
-//
-//	// Change is one key's change in a revision's change-log record.
-//	type Change struct {
+//	type Change struct {                // one key's change in a revision
 //		Deleted    bool
 //		Key        []byte
 //		PrevRev    int64
-//		Superseded []byte // version record of a put superseded in its revision
+//		Superseded []byte               // a put superseded in its own revision
 //	}
 //	func AppendChanges(dst []byte, cs []Change) []byte
 //	func DecodeChanges(rec []byte) ([]Change, error)
-//	func ChangeCount(rec []byte) (int, error) // without decoding
-//
+//	func ChangeCount(rec []byte) (int, error)
 //	func LeaseRecord(ttl int64) []byte
 //	func CompactRecord(compacted, physical int64) kv.Pair // meta "compact"
 //
 // The import record stays in mvcc, since Open must refuse a half-imported
-// store; transfer writes and clears it through:
+// store (ImportRecord, ReadImportRecord, ErrImportUnfinished); transfer
+// writes and clears it with
 //
-//	type ImportRecord struct{ ... }                      // unchanged
-//	func ReadImportRecord(ctx, kv.Store) (*ImportRecord, error)
-//	func ImportRecordOp(rec ImportRecord) (kv.Op, error) // put meta "import"
-//	func ClearImportRecordOp() kv.Op                     // delete it
-//	var ErrImportUnfinished                              // Open's refusal
+//	func ImportRecordOp(rec ImportRecord) (kv.Op, error)
+//	func ClearImportRecordOp() kv.Op
 //
 // Reads of a served store, for export and HashKV:
 //
-//	// PinHistory pins the compacted revision for a read of all history
-//	// that compaction keeps (today's pinCompacted).
 //	func (b *Backend) PinHistory(ctx) (cur, compact int64, unpin func(), err error)
-//	// Records is the engine, for Gets and Scans of the pinned history only.
-//	func (b *Backend) Records() kv.Reader // Get and Scan of kv.Store
-//	func (b *Backend) StoredLeases(ctx) ([]etcdfmt.Lease, error)
+//	func (b *Backend) Records() RecordReader // Get and Scan, never Commit
 //	func (b *Backend) Revisions(ctx) (cur, compact int64, err error)
+//	func (b *Backend) StoredLeases(ctx) ([]etcdfmt.Lease, error)
 //	func (b *Backend) EtcdCompactRev(compact int64) int64 // -1: never compacted
-//	func (b *Backend) TempDir() string                    // exists
+//	func (b *Backend) TempDir() string
 //
-// plus the errors ErrClosed, ErrFutureRev and ErrCompacted, exported
-// already. kv.Reader (Get and Scan) would be new in package kv, so that an
-// export cannot commit.
+// with the errors ErrClosed, ErrFutureRev and ErrCompacted. Two helpers
+// the wing uses today, storageErr and scanAll, are not offered: transfer
+// wraps its own errors with its own context.
 //
 // # What moves here
 //
@@ -104,6 +97,6 @@
 // core/migrate (NewImporter, ImportOptions, FinishOptions, CheckEmpty,
 // Unfinish, ErrNotEmpty, Importer, and HashKV in verify.go),
 // core/internal/etcdapi (Hash and HashKV; its Snapshot goes through
-// core/backup), and their
-// tests; ReadImportRecord, ImportRecord and ErrImportUnfinished stay mvcc's.
+// core/backup), and their tests. ReadImportRecord, ImportRecord and
+// ErrImportUnfinished stay mvcc's.
 package transfer

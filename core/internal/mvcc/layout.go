@@ -1,0 +1,151 @@
+package mvcc
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/kv"
+)
+
+// The narrow API package transfer (mvcc's import/export wing, being moved
+// out) uses instead of mvcc's internals. Every function here delegates to
+// the one encoder or decoder the writer and readers use (record.go), so the
+// record layout keeps a single owner: transfer never writes a record byte
+// of its own. See package transfer's doc for the draft this implements.
+
+// Version is one version of a key as its record holds it.
+type Version struct {
+	ModRev int64
+	// Sub is etcd's sub revision, or SubUnknown in a record written before
+	// sub revisions were kept.
+	Sub, CreateRev, Version, Lease int64
+	Tombstone                      bool
+}
+
+// SubUnknown is the Sub of a version record written before sub revisions
+// were kept.
+const SubUnknown = subUnknown
+
+func (v Version) header() header {
+	return header{modRev: v.ModRev, sub: v.Sub, createRev: v.CreateRev, version: v.Version, lease: v.Lease, tombstone: v.Tombstone}
+}
+
+func (h header) exported() Version {
+	return Version{ModRev: h.modRev, Sub: h.sub, CreateRev: h.createRev, Version: h.version, Lease: h.lease, Tombstone: h.tombstone}
+}
+
+// AppendVersion appends the version record of v with value to dst.
+func AppendVersion(dst []byte, v Version, value []byte) []byte {
+	return append(appendHeader(dst, v.header()), value...)
+}
+
+// DecodeVersion decodes a version record; value aliases rec.
+func DecodeVersion(rec []byte) (v Version, value []byte, err error) {
+	h, value, err := decodeHeader(rec)
+	return h.exported(), value, err
+}
+
+// Change is one key's change in a revision's change-log record.
+type Change struct {
+	Deleted bool
+	Key     []byte
+	// PrevRev is the revision of the key's live version before the change,
+	// 0 when the change created the key.
+	PrevRev int64
+	// Superseded is the version record of a put that a later change of the
+	// same key in the same revision replaced.
+	Superseded []byte
+}
+
+// AppendChanges appends the change-log record of cs to dst.
+func AppendChanges(dst []byte, cs []Change) []byte {
+	in := make([]change, len(cs))
+	for i, c := range cs {
+		in[i] = change{deleted: c.Deleted, key: c.Key, prevRev: c.PrevRev, superseded: c.Superseded}
+	}
+	return appendChanges(dst, in)
+}
+
+// DecodeChanges decodes a change-log record; keys and superseded records
+// alias rec.
+func DecodeChanges(rec []byte) ([]Change, error) {
+	cs, err := decodeChanges(rec)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Change, len(cs))
+	for i, c := range cs {
+		out[i] = Change{Deleted: c.deleted, Key: c.key, PrevRev: c.prevRev, Superseded: c.superseded}
+	}
+	return out, nil
+}
+
+// ChangeCount returns the number of changes a change-log record holds
+// without decoding them (most revisions change one key).
+func ChangeCount(rec []byte) (int, error) {
+	n, _, err := changeCount(rec)
+	return n, err
+}
+
+// LeaseRecord is the record of a lease granted with ttl.
+func LeaseRecord(ttl int64) []byte { return encodeLease(ttl) }
+
+// CompactRecord is meta "compact" recording the compacted and physically
+// compacted revisions.
+func CompactRecord(compacted, physical int64) kv.Pair {
+	return kv.Pair{Key: coder.MetaKey(metaCompact), Value: compactRecord(compacted, physical)}
+}
+
+// ImportRecordOp writes rec as the store's import record, which makes Open
+// refuse the store until ClearImportRecordOp is committed.
+func ImportRecordOp(rec ImportRecord) (kv.Op, error) {
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return kv.Op{}, fmt.Errorf("mvcc: encode import record: %w", err)
+	}
+	return kv.Put(coder.MetaKey(metaImport), raw), nil
+}
+
+// ClearImportRecordOp removes the import record: committed in the batch
+// that completes an import, it makes the store servable.
+func ClearImportRecordOp() kv.Op { return kv.Delete(coder.MetaKey(metaImport)) }
+
+// RecordReader is the part of kv.Store an export needs: it can read the
+// records, never commit.
+type RecordReader interface {
+	Get(ctx context.Context, key []byte) ([]byte, error)
+	Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error)
+}
+
+// Records gives an export read access to the engine. Read only what
+// PinHistory keeps: history below the pin may be compacted away.
+func (b *Backend) Records() RecordReader { return b.store }
+
+// PinHistory pins the compacted revision for a read of all history that
+// compaction keeps, and returns the current and compacted revisions. Call
+// unpin when the read is done.
+func (b *Backend) PinHistory(ctx context.Context) (cur, compact int64, unpin func(), err error) {
+	if b.closed.Load() {
+		return 0, 0, nil, ErrClosed
+	}
+	return b.pinCompacted(ctx)
+}
+
+// Revisions returns the revision a read observes and the compacted
+// revision, as every read takes them (linearizable on a leader and a
+// follower alike).
+func (b *Backend) Revisions(ctx context.Context) (cur, compact int64, err error) {
+	return b.readRevisions(ctx)
+}
+
+// StoredLeases returns the leases the store holds.
+func (b *Backend) StoredLeases(ctx context.Context) ([]etcdfmt.Lease, error) {
+	return b.storedLeases(ctx)
+}
+
+// EtcdCompactRev is compact as etcd reports it: -1 for a store never
+// compacted, which clients tell from one compacted at 0.
+func (b *Backend) EtcdCompactRev(compact int64) int64 { return b.etcdCompactRev(compact) }
