@@ -172,9 +172,9 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 			return err
 		}
 		for _, c := range cs {
-			if _, ok := seen[string(c.key)]; !ok {
-				seen[string(c.key)] = struct{}{}
-				keys = append(keys, append([]byte(nil), c.key...))
+			if _, ok := seen[string(c.Key)]; !ok {
+				seen[string(c.Key)] = struct{}{}
+				keys = append(keys, append([]byte(nil), c.Key...))
 			}
 		}
 		return nil
@@ -211,14 +211,14 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 		case err != nil:
 			return err
 		}
-		var lh header
+		var lh Version
 		if latest != nil {
 			if lh, _, err = decodeHeader(latest); err != nil {
 				return err
 			}
 		}
 		drop := versions
-		if latest != nil && lh.modRev > target {
+		if latest != nil && lh.ModRev > target {
 			// History holds what a read at target returns: keep the newest
 			// version at or below target unless it says "deleted".
 			if n := len(versions); n > 0 {
@@ -226,11 +226,11 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 				if err != nil {
 					return err
 				}
-				if !h.tombstone {
+				if !h.Tombstone {
 					drop = versions[:n-1]
 				}
 			}
-		} else if latest != nil && lh.tombstone {
+		} else if latest != nil && lh.Tombstone {
 			tombstones = append(tombstones, k)
 		}
 		// With no revision key left (its tombstone went at an earlier
@@ -293,7 +293,7 @@ func (g *group) cleanTombstones(keys [][]byte, below int64) error {
 		if err != nil {
 			return err
 		}
-		if s.exists && s.cur.tombstone && s.cur.modRev < below && !s.dirty {
+		if s.exists && s.cur.Tombstone && s.cur.ModRev < below && !s.dirty {
 			s.exists, s.dirty, s.deleteRevKey = false, true, true
 		}
 	}

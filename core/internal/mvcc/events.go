@@ -79,7 +79,7 @@ func (b *Backend) versionExactly(ctx context.Context, key []byte, rev int64) (en
 	if errors.Is(err, kv.ErrNotFound) {
 		raw, err = b.latestRecord(ctx, key)
 		if err == nil {
-			if h, _, derr := decodeHeader(raw); derr == nil && h.modRev != rev {
+			if h, _, derr := decodeHeader(raw); derr == nil && h.ModRev != rev {
 				// Superseded between the two reads: it is in history now.
 				raw, err = b.store.Get(ctx, coder.ObjectKey(key, rev))
 			}
@@ -92,16 +92,16 @@ func (b *Backend) versionExactly(ctx context.Context, key []byte, rev int64) (en
 	if err != nil {
 		return entry{}, err
 	}
-	h.modRev = rev
+	h.ModRev = rev
 	return entry{key: key, hdr: h, value: val}, nil
 }
 
 // materialize builds the watch event of one change-log entry from history.
-func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb.Event, error) {
+func (b *Backend) materialize(ctx context.Context, rev int64, c Change) (*mvccpb.Event, error) {
 	ev := &mvccpb.Event{}
-	if c.deleted {
+	if c.Deleted {
 		ev.Type = mvccpb.DELETE
-		ev.Kv = &mvccpb.KeyValue{Key: c.key, ModRevision: rev}
+		ev.Kv = &mvccpb.KeyValue{Key: c.Key, ModRevision: rev}
 	} else {
 		e, err := b.versionOfChange(ctx, rev, c)
 		if err != nil {
@@ -110,9 +110,9 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 		ev.Type = mvccpb.PUT
 		ev.Kv = e.keyValue(true)
 	}
-	if c.prevRev > 0 {
-		pe := entry{key: c.key, hdr: header{modRev: c.prevRev}}
-		raw, err := b.store.Get(ctx, coder.ObjectKey(c.key, c.prevRev))
+	if c.PrevRev > 0 {
+		pe := entry{key: c.Key, hdr: Version{ModRev: c.PrevRev}}
+		raw, err := b.store.Get(ctx, coder.ObjectKey(c.Key, c.PrevRev))
 		switch {
 		case errors.Is(err, kv.ErrNotFound):
 			// Compacted away: etcd leaves prev_kv unset in this case too.
@@ -123,7 +123,7 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 			if err != nil {
 				return nil, err
 			}
-			h.modRev = c.prevRev
+			h.ModRev = c.PrevRev
 			pe.hdr, pe.value = h, val
 			ev.PrevKv = pe.keyValue(true)
 		}
@@ -134,13 +134,13 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c change) (*mvccpb
 // versionOfChange reads the version a put change wrote: from the change
 // itself when a later change of its revision superseded it, else from
 // history or the revision key.
-func (b *Backend) versionOfChange(ctx context.Context, rev int64, c change) (entry, error) {
-	if c.superseded == nil {
-		return b.versionExactly(ctx, c.key, rev)
+func (b *Backend) versionOfChange(ctx context.Context, rev int64, c Change) (entry, error) {
+	if c.Superseded == nil {
+		return b.versionExactly(ctx, c.Key, rev)
 	}
-	h, val, err := decodeHeader(c.superseded)
+	h, val, err := decodeHeader(c.Superseded)
 	if err != nil {
 		return entry{}, err
 	}
-	return entry{key: c.key, hdr: h, value: val}, nil
+	return entry{key: c.Key, hdr: h, value: val}, nil
 }

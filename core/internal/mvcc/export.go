@@ -135,28 +135,28 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 	}
 	changes := map[string]int{}
 	for _, c := range cs {
-		changes[string(c.key)]++
+		changes[string(c.Key)]++
 	}
 	seen := map[string]bool{}
 	for i, c := range cs {
-		if !c.deleted || seen[string(c.key)] {
+		if !c.Deleted || seen[string(c.Key)] {
 			continue
 		}
-		seen[string(c.key)] = true
+		seen[string(c.Key)] = true
 		sub := int64(i)
-		if changes[string(c.key)] == 1 {
+		if changes[string(c.Key)] == 1 {
 			// A store imported from etcd logs at C only the changes
 			// etcd's compaction kept, so a change's place in the record
 			// need not be its sub revision; the version's own header
 			// has it.
-			if h, ok, err := x.storedAt(ctx, c.key); err != nil {
+			if h, ok, err := x.storedAt(ctx, c.Key); err != nil {
 				return err
-			} else if ok && h.sub != subUnknown {
-				sub = h.sub
+			} else if ok && h.Sub != subUnknown {
+				sub = h.Sub
 			}
 		}
 		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: x.compact, Sub: sub}, Tombstone: true}
-		x.row.KV.Key, x.row.KV.ModRevision = c.key, x.compact
+		x.row.KV.Key, x.row.KV.ModRevision = c.Key, x.compact
 		if err := x.emit(&x.row); err != nil {
 			return err
 		}
@@ -167,25 +167,25 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 // storedAt returns the header of key's version at the compacted revision,
 // if the store still holds it (the revision key of a deleted key may have
 // been cleaned up).
-func (x *exporter) storedAt(ctx context.Context, key []byte) (header, bool, error) {
+func (x *exporter) storedAt(ctx context.Context, key []byte) (Version, bool, error) {
 	raw, err := x.b.store.Get(ctx, coder.ObjectKey(key, x.compact))
 	inHistory := err == nil
 	if errors.Is(err, kv.ErrNotFound) {
 		raw, err = x.b.store.Get(ctx, coder.RevisionKey(key))
 	}
 	if errors.Is(err, kv.ErrNotFound) {
-		return header{}, false, nil
+		return Version{}, false, nil
 	}
 	if err != nil {
-		return header{}, false, storageErr(fmt.Sprintf("get %q@%d", key, x.compact), err)
+		return Version{}, false, storageErr(fmt.Sprintf("get %q@%d", key, x.compact), err)
 	}
 	h, _, err := decodeHeader(raw)
 	if err != nil {
-		return header{}, false, err
+		return Version{}, false, err
 	}
 	// The object key names its version's revision; the revision key may
 	// hold a later one.
-	return h, inHistory || h.modRev == x.compact, nil
+	return h, inHistory || h.ModRev == x.compact, nil
 }
 
 // superseded exports, for each revision above the compacted one up to rev,
@@ -233,13 +233,13 @@ func (x *exporter) superseded(ctx context.Context) error {
 			}
 			clear(last)
 			for i, c := range cs {
-				last[string(c.key)] = i
+				last[string(c.Key)] = i
 			}
 			if len(last) == len(cs) {
 				continue
 			}
 			for i, c := range cs {
-				if last[string(c.key)] == i {
+				if last[string(c.Key)] == i {
 					continue
 				}
 				if err := x.supersededRow(rev, int64(i), c); err != nil {
@@ -252,21 +252,21 @@ func (x *exporter) superseded(ctx context.Context) error {
 
 // supersededRow exports change c, number sub of revision rev, that a later
 // change of its key in the same revision superseded.
-func (x *exporter) supersededRow(rev, sub int64, c change) error {
-	x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: rev, Sub: sub}, Tombstone: c.deleted}
-	x.row.KV.Key, x.row.KV.ModRevision = c.key, rev
-	if !c.deleted {
-		if c.superseded == nil {
+func (x *exporter) supersededRow(rev, sub int64, c Change) error {
+	x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: rev, Sub: sub}, Tombstone: c.Deleted}
+	x.row.KV.Key, x.row.KV.ModRevision = c.Key, rev
+	if !c.Deleted {
+		if c.Superseded == nil {
 			// Written before change records kept superseded puts
 			// (change type 02): the version is gone, and the export
 			// omits it as it always did.
 			return nil
 		}
-		h, val, err := decodeHeader(c.superseded)
+		h, val, err := decodeHeader(c.Superseded)
 		if err != nil {
 			return err
 		}
-		x.row.KV.CreateRevision, x.row.KV.Version, x.row.KV.Lease, x.row.KV.Value = h.createRev, h.version, h.lease, val
+		x.row.KV.CreateRevision, x.row.KV.Version, x.row.KV.Lease, x.row.KV.Value = h.CreateRev, h.Version, h.Lease, val
 	}
 	return x.emit(&x.row)
 }
@@ -332,7 +332,7 @@ func (x *exporter) keys(ctx context.Context) error {
 			}
 			// The latest record may also be in history already (moved
 			// there after the snapshot of latest records was taken).
-			if n := len(versions); n == 0 || versions[n-1].hdr.modRev < v.hdr.modRev {
+			if n := len(versions); n == 0 || versions[n-1].hdr.ModRev < v.hdr.ModRev {
 				versions = append(versions, v)
 			}
 		}
@@ -346,20 +346,20 @@ func (x *exporter) keys(ctx context.Context) error {
 func (x *exporter) key(ctx context.Context, key []byte, versions []version) error {
 	// Only versions up to rev exist for this export.
 	n := len(versions)
-	for n > 0 && versions[n-1].hdr.modRev > x.rev {
+	for n > 0 && versions[n-1].hdr.ModRev > x.rev {
 		n--
 	}
 	versions = versions[:n]
 	// Versions before the latest one at or below C are compacted.
 	first := 0
 	for i, v := range versions {
-		if v.hdr.modRev <= x.compact {
+		if v.hdr.ModRev <= x.compact {
 			first = i
 		}
 	}
 	for i := first; i < len(versions); i++ {
 		v := versions[i]
-		if v.hdr.modRev <= x.compact && v.hdr.tombstone {
+		if v.hdr.ModRev <= x.compact && v.hdr.Tombstone {
 			// Compacted: a delete at or below C is not kept, except
 			// at exactly C, which deletesAtCompact exported.
 			continue
@@ -368,10 +368,10 @@ func (x *exporter) key(ctx context.Context, key []byte, versions []version) erro
 		if err != nil {
 			return err
 		}
-		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: v.hdr.modRev, Sub: sub}, Tombstone: v.hdr.tombstone, Latest: i == len(versions)-1}
-		x.row.KV.Key, x.row.KV.ModRevision = key, v.hdr.modRev
-		if !v.hdr.tombstone {
-			x.row.KV.CreateRevision, x.row.KV.Version, x.row.KV.Lease, x.row.KV.Value = v.hdr.createRev, v.hdr.version, v.hdr.lease, v.value
+		x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: v.hdr.ModRev, Sub: sub}, Tombstone: v.hdr.Tombstone, Latest: i == len(versions)-1}
+		x.row.KV.Key, x.row.KV.ModRevision = key, v.hdr.ModRev
+		if !v.hdr.Tombstone {
+			x.row.KV.CreateRevision, x.row.KV.Version, x.row.KV.Lease, x.row.KV.Value = v.hdr.CreateRev, v.hdr.Version, v.hdr.Lease, v.value
 		}
 		if err := x.emit(&x.row); err != nil {
 			return err
@@ -384,25 +384,25 @@ func (x *exporter) key(ctx context.Context, key []byte, versions []version) erro
 // revisions were recorded take it from the change log, which still holds
 // every revision from the compacted one on; older ones are taken as 0 (a
 // collision then shows up as a duplicate revision when the rows are sorted).
-func (x *exporter) sub(ctx context.Context, key []byte, h header) (int64, error) {
-	if h.sub != subUnknown {
-		return h.sub, nil
+func (x *exporter) sub(ctx context.Context, key []byte, h Version) (int64, error) {
+	if h.Sub != subUnknown {
+		return h.Sub, nil
 	}
-	if h.modRev < x.compact {
+	if h.ModRev < x.compact {
 		return 0, nil
 	}
-	if x.subsRev != h.modRev {
-		raw, err := x.b.store.Get(ctx, coder.EventKey(h.modRev))
+	if x.subsRev != h.ModRev {
+		raw, err := x.b.store.Get(ctx, coder.EventKey(h.ModRev))
 		if err != nil {
-			return 0, storageErr(fmt.Sprintf("read change log at %d", h.modRev), err)
+			return 0, storageErr(fmt.Sprintf("read change log at %d", h.ModRev), err)
 		}
 		cs, err := decodeChanges(raw)
 		if err != nil {
 			return 0, err
 		}
-		x.subsRev, x.subs = h.modRev, make(map[string]int64, len(cs))
+		x.subsRev, x.subs = h.ModRev, make(map[string]int64, len(cs))
 		for i, c := range cs {
-			x.subs[string(c.key)] = int64(i)
+			x.subs[string(c.Key)] = int64(i)
 		}
 	}
 	return x.subs[string(key)], nil
@@ -410,7 +410,7 @@ func (x *exporter) sub(ctx context.Context, key []byte, h header) (int64, error)
 
 // version is one decoded version record.
 type version struct {
-	hdr   header
+	hdr   Version
 	value []byte
 }
 
@@ -479,7 +479,7 @@ func (c *cursor) takeVersion() (version, error) {
 	}
 	if c.space == coder.SpaceObject {
 		// The object key names the version's revision.
-		h.modRev = c.rev
+		h.ModRev = c.rev
 	}
 	return version{hdr: h, value: val}, nil
 }

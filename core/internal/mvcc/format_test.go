@@ -17,10 +17,10 @@ func TestFormatsAreTheReleasesFormats(t *testing.T) {
 	if recordFormat != release.OldestStorageFormat {
 		t.Errorf("mvcc's oldest readable format is %d, core/version says %d", recordFormat, release.OldestStorageFormat)
 	}
-	old := encodeObject(header{modRev: 5, createRev: 4, version: 2}, []byte("v"))
+	old := encodeObject(Version{ModRev: 5, CreateRev: 4, Version: 2}, []byte("v"))
 	old = append([]byte{recordFormat, old[1]}, old[2:len(old)-2]...) // drop the sub revision
 	old = append(old, 'v')
-	if h, v, err := decodeHeader(old); err != nil || h.modRev != 5 || h.sub != subUnknown || string(v) != "v" {
+	if h, v, err := decodeHeader(old); err != nil || h.ModRev != 5 || h.Sub != subUnknown || string(v) != "v" {
 		t.Errorf("a format-%d record reads as %+v %q %v", release.OldestStorageFormat, h, v, err)
 	}
 	if _, _, err := decodeHeader([]byte{release.StorageFormat + 1, 0, 1, 1, 1, 0, 0}); err == nil {

@@ -25,7 +25,7 @@ type keyState struct {
 	base []byte
 	// cur is the latest header including this group's writes; exists is
 	// false when the revision key is absent (never written, or cleaned up).
-	cur    header
+	cur    Version
 	exists bool
 	// value is cur's value (the revision key holds it).
 	value []byte
@@ -54,7 +54,7 @@ type keyState struct {
 	past []staged
 }
 
-func (s *keyState) live() bool { return s.exists && !s.cur.tombstone }
+func (s *keyState) live() bool { return s.exists && !s.cur.Tombstone }
 
 // group accumulates the writes of one commit.
 type group struct {
@@ -68,7 +68,7 @@ type group struct {
 	quiet   bool
 	keys    map[string]*keyState
 	objects []kv.Op
-	changes []change // of the transaction being executed
+	changes []Change // of the transaction being executed
 	logs    []kv.Op
 	leases  map[string]kv.Op
 	events  []*mvccpb.Event
@@ -259,7 +259,7 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 		if err != nil {
 			return err
 		}
-		if !h.tombstone {
+		if !h.Tombstone {
 			s := g.newState()
 			s.base, s.cur, s.exists, s.value = p.Value, h, true, val
 			g.keys[string(k)] = s
@@ -310,13 +310,13 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 //
 // o holds the event; its prev is the version the change replaces (nil: the
 // key was not live), filled by newEvent.
-func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, o *eventOut) {
+func (g *group) stageVersion(key []byte, s *keyState, h Version, value []byte, o *eventOut) {
 	prev := o.ev.PrevKv
 	oldLease := int64(0)
 	if s.live() {
-		oldLease = s.cur.lease
+		oldLease = s.cur.Lease
 	}
-	if s.stagedRev != h.modRev {
+	if s.stagedRev != h.ModRev {
 		if s.stagedRev != 0 {
 			s.past = append(s.past, staged{hdr: s.cur, value: s.value, exists: s.exists})
 		}
@@ -325,51 +325,51 @@ func (g *group) stageVersion(key []byte, s *keyState, h header, value []byte, o 
 			// the delete and this write must see the key deleted) moves
 			// to history.
 			// Its key and record share one allocation.
-			buf := coder.AppendObjectKey(make([]byte, 0, coder.ObjectKeyLen(key)+objectLen(s.value)), key, s.cur.modRev)
+			buf := coder.AppendObjectKey(make([]byte, 0, coder.ObjectKeyLen(key)+objectLen(s.value)), key, s.cur.ModRev)
 			ok := buf[:len(buf):len(buf)]
 			g.objects = append(g.objects, kv.Put(ok, append(appendHeader(buf[len(buf):], s.cur), s.value...)))
 		}
-		s.stagedRev, s.before = h.modRev, prev
-	} else if !s.cur.tombstone {
+		s.stagedRev, s.before = h.ModRev, prev
+	} else if !s.cur.Tombstone {
 		// A put of this transaction is superseded: its change keeps it.
-		g.changes[s.cur.sub].superseded = encodeObject(s.cur, s.value)
+		g.changes[s.cur.Sub].Superseded = encodeObject(s.cur, s.value)
 	}
 	// etcd numbers the changes of a transaction from 0 in execution order.
-	h.sub = int64(len(g.changes))
+	h.Sub = int64(len(g.changes))
 	s.cur, s.exists, s.dirty, s.value, s.deleteRevKey = h, true, true, value, false
 	// The event's previous version is the key's before this revision, as
 	// etcd reads it; a put that creates the key has none.
 	evPrev := s.before
-	if !h.tombstone && h.version == 1 {
+	if !h.Tombstone && h.Version == 1 {
 		evPrev = nil
 	}
-	c := change{deleted: h.tombstone, key: key}
+	c := Change{Deleted: h.Tombstone, Key: key}
 	if evPrev != nil {
-		c.prevRev = evPrev.ModRevision
+		c.PrevRev = evPrev.ModRevision
 	}
 	g.changes = append(g.changes, c)
-	if oldLease != h.lease {
+	if oldLease != h.Lease {
 		k := append([]byte(nil), key...)
 		if oldLease != 0 {
 			ik := coder.LeaseIndexKey(oldLease, key)
 			g.leaseOp(ik, kv.Delete(ik))
 			g.after = append(g.after, func() { g.b.lessor.Detach(oldLease, k) })
 		}
-		if h.lease != 0 {
-			ik := coder.LeaseIndexKey(h.lease, key)
+		if h.Lease != 0 {
+			ik := coder.LeaseIndexKey(h.Lease, key)
 			g.leaseOp(ik, kv.Put(ik, nil))
-			newLease := h.lease
+			newLease := h.Lease
 			g.after = append(g.after, func() { g.b.lessor.Attach(newLease, k) })
 		}
 	}
 	ev := &o.ev
 	ev.PrevKv, ev.Kv = evPrev, &o.kv
-	o.kv.Key, o.kv.ModRevision = key, h.modRev
-	if h.tombstone {
+	o.kv.Key, o.kv.ModRevision = key, h.ModRev
+	if h.Tombstone {
 		ev.Type = mvccpb.DELETE
 	} else {
 		ev.Type = mvccpb.PUT
-		o.kv.CreateRevision, o.kv.Version, o.kv.Lease, o.kv.Value = h.createRev, h.version, h.lease, value
+		o.kv.CreateRevision, o.kv.Version, o.kv.Lease, o.kv.Value = h.CreateRev, h.Version, h.Lease, value
 	}
 	g.events = append(g.events, ev)
 }
@@ -454,8 +454,8 @@ type eventOut struct {
 func newEvent(key []byte, s *keyState) *eventOut {
 	o := &eventOut{}
 	if s.live() {
-		o.prev = mvccpb.KeyValue{Key: key, CreateRevision: s.cur.createRev, ModRevision: s.cur.modRev,
-			Version: s.cur.version, Lease: s.cur.lease, Value: s.value}
+		o.prev = mvccpb.KeyValue{Key: key, CreateRevision: s.cur.CreateRev, ModRevision: s.cur.ModRev,
+			Version: s.cur.Version, Lease: s.cur.Lease, Value: s.value}
 		o.ev.PrevKv = &o.prev
 	}
 	return o

@@ -79,7 +79,7 @@ type Importer struct {
 	opIndex map[string]int
 	size    int
 	keys    map[string]*importKey
-	changes []change // of revision cur
+	changes []Change // of revision cur
 	cur     int64    // revision of the rows being added (0 before the first)
 	curSub  int64
 	open    bool // rows of cur were added and cur is not complete yet
@@ -91,7 +91,7 @@ type Importer struct {
 }
 
 type importKey struct {
-	cur    header
+	cur    Version
 	value  []byte
 	exists bool
 	leaseW bool // lease index entry present for cur.lease

@@ -135,12 +135,12 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 			historyKey = coder.AppendObjectKey(historyKey[:0], key, rev)
 			return out.put(streamHistory, historyKey, record)
 		},
-		change: func(main, sub int64, c *change) error {
+		change: func(main, sub int64, c *Change) error {
 			// A change travels through the sort as an Entry: its
 			// revision, key and deletion as such, prevRev as
 			// CreateRevision and the superseded record as Value.
-			ce = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: main, Sub: sub}, Tombstone: c.deleted,
-				KV: etcdfmt.KeyValue{Key: c.key, CreateRevision: c.prevRev, Value: c.superseded}}
+			ce = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: main, Sub: sub}, Tombstone: c.Deleted,
+				KV: etcdfmt.KeyValue{Key: c.Key, CreateRevision: c.PrevRev, Value: c.Superseded}}
 			return changes.Add(&ce)
 		},
 		leaseIndex: func(lease int64, key []byte) error {
@@ -242,12 +242,12 @@ func loadChangeLog(ctx context.Context, out *loadWriter, changes *etcdfmt.Sorter
 	next := firstLogged // the next revision without a record
 	var (
 		cur   int64
-		group []change
+		group []Change
 		arena []byte
 	)
 	emit := func(upTo int64) error {
 		for ; next < upTo; next++ {
-			var cs []change
+			var cs []Change
 			if next == cur {
 				cs = group
 			}
@@ -271,11 +271,11 @@ func loadChangeLog(ctx context.Context, out *loadWriter, changes *etcdfmt.Sorter
 		start := len(arena)
 		arena = append(arena, e.KV.Key...)
 		arena = append(arena, e.KV.Value...)
-		group = append(group, change{deleted: e.Tombstone, prevRev: e.KV.CreateRevision})
+		group = append(group, Change{Deleted: e.Tombstone, PrevRev: e.KV.CreateRevision})
 		c := &group[len(group)-1]
-		c.key = arena[start : start+len(e.KV.Key) : start+len(e.KV.Key)]
+		c.Key = arena[start : start+len(e.KV.Key) : start+len(e.KV.Key)]
 		if len(e.KV.Value) > 0 {
-			c.superseded = arena[start+len(e.KV.Key) : len(arena) : len(arena)]
+			c.Superseded = arena[start+len(e.KV.Key) : len(arena) : len(arena)]
 		}
 		return nil
 	})

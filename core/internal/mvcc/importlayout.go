@@ -24,19 +24,19 @@ type keyLayout struct {
 
 	latest     func(key, record []byte) error
 	history    func(key []byte, rev int64, record []byte) error
-	change     func(main, sub int64, c *change) error
+	change     func(main, sub int64, c *Change) error
 	leaseIndex func(lease int64, key []byte) error
 
 	key    []byte
 	exists bool
-	cur    header
+	cur    Version
 	value  []byte
 	// stagedRev is the main revision of the key's last version; before the
 	// revision of its live version before stagedRev (0: none).
 	stagedRev, before int64
 	// pending is the change of the key's last version, held back because a
 	// later version in the same revision may supersede it.
-	pending         change
+	pending         Change
 	pendingRev      etcdfmt.Revision
 	hasPending      bool
 	record, scratch []byte
@@ -76,32 +76,32 @@ func (l *keyLayout) version(e *etcdfmt.Entry) error {
 		l.stagedRev, l.before = r.Main, 0
 		if l.exists {
 			if l.history != nil {
-				if err := l.history(l.key, l.cur.modRev, l.encode()); err != nil {
+				if err := l.history(l.key, l.cur.ModRev, l.encode()); err != nil {
 					return err
 				}
 			}
-			if !l.cur.tombstone {
-				l.before = l.cur.modRev
+			if !l.cur.Tombstone {
+				l.before = l.cur.ModRev
 			}
 		}
-	} else if !l.cur.tombstone && l.hasPending {
+	} else if !l.cur.Tombstone && l.hasPending {
 		// One transaction changed the key again: history keeps only the
 		// revision's last version, and the superseded put's change
 		// carries it (as in Add).
 		l.scratch = append(l.scratch[:0], l.encode()...)
-		l.pending.superseded = l.scratch
+		l.pending.Superseded = l.scratch
 	}
-	h := header{modRev: r.Main, sub: r.Sub, tombstone: e.Tombstone}
+	h := Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
 	if !e.Tombstone {
-		h.createRev, h.version, h.lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
+		h.CreateRev, h.Version, h.Lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
 	}
 	if r.Main >= l.firstLogged {
 		if err := l.flushChange(); err != nil {
 			return err
 		}
-		l.pending = change{deleted: e.Tombstone, key: l.key}
-		if e.Tombstone || h.version > 1 {
-			l.pending.prevRev = l.before
+		l.pending = Change{Deleted: e.Tombstone, Key: l.key}
+		if e.Tombstone || h.Version > 1 {
+			l.pending.PrevRev = l.before
 		}
 		l.pendingRev, l.hasPending = r, true
 	}
@@ -123,8 +123,8 @@ func (l *keyLayout) endKey() error {
 			return err
 		}
 	}
-	if l.leaseIndex != nil && !l.cur.tombstone && l.leases[l.cur.lease] {
-		return l.leaseIndex(l.cur.lease, l.key)
+	if l.leaseIndex != nil && !l.cur.Tombstone && l.leases[l.cur.Lease] {
+		return l.leaseIndex(l.cur.Lease, l.key)
 	}
 	return nil
 }

@@ -73,14 +73,14 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	if err != nil {
 		return err
 	}
-	h := header{modRev: r.Main, sub: r.Sub, tombstone: e.Tombstone}
+	h := Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
 	if !e.Tombstone {
-		h.createRev, h.version, h.lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
-		if h.version == 0 {
+		h.CreateRev, h.Version, h.Lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
+		if h.Version == 0 {
 			// CountVersions: the source does not count them.
-			h.version = 1
-			if s.exists && !s.cur.tombstone {
-				h.version = s.cur.version + 1
+			h.Version = 1
+			if s.exists && !s.cur.Tombstone {
+				h.Version = s.cur.Version + 1
 			}
 		}
 	}
@@ -90,17 +90,17 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 		// every event of the key in this revision.
 		s.stagedRev, s.before, s.change = r.Main, 0, -1
 		if s.exists {
-			im.add(kv.Put(coder.ObjectKey(key, s.cur.modRev), encodeObject(s.cur, s.value)))
-			if !s.cur.tombstone {
-				s.before = s.cur.modRev
+			im.add(kv.Put(coder.ObjectKey(key, s.cur.ModRev), encodeObject(s.cur, s.value)))
+			if !s.cur.Tombstone {
+				s.before = s.cur.ModRev
 			}
 		}
-	} else if !s.cur.tombstone && s.change >= 0 {
+	} else if !s.cur.Tombstone && s.change >= 0 {
 		// One transaction changed the key again (etcd's bucket holds
 		// both under their sub revisions): history keeps only the
 		// revision's last version, so the superseded put's change
 		// keeps it, as the writer does (group.go, stageVersion).
-		im.changes[s.change].superseded = encodeObject(s.cur, s.value)
+		im.changes[s.change].Superseded = encodeObject(s.cur, s.value)
 	}
 	value := e.KV.Value
 	if e.Tombstone {
@@ -108,22 +108,22 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	}
 	im.add(kv.Put(coder.RevisionKey(key), encodeObject(h, value)))
 	if r.Main >= im.firstLogged() {
-		c := change{deleted: e.Tombstone, key: append([]byte(nil), key...)}
+		c := Change{Deleted: e.Tombstone, Key: append([]byte(nil), key...)}
 		// A put that creates the key has no previous version.
-		if e.Tombstone || h.version > 1 {
-			c.prevRev = s.before
+		if e.Tombstone || h.Version > 1 {
+			c.PrevRev = s.before
 		}
 		s.change = len(im.changes)
 		im.changes = append(im.changes, c)
 	}
 	// The lease index follows the latest live version's lease.
 	newLease := int64(0)
-	if !e.Tombstone && im.leases[h.lease] {
-		newLease = h.lease
+	if !e.Tombstone && im.leases[h.Lease] {
+		newLease = h.Lease
 	}
 	oldLease := int64(0)
 	if s.leaseW {
-		oldLease = s.cur.lease
+		oldLease = s.cur.Lease
 	}
 	if oldLease != newLease {
 		if oldLease != 0 {
@@ -154,8 +154,8 @@ func (im *Importer) state(ctx context.Context, key []byte) (*importKey, error) {
 			return nil, err
 		}
 		s.cur, s.value, s.exists = h, val, true
-		if !h.tombstone && h.lease != 0 {
-			_, err := im.store.Get(ctx, coder.LeaseIndexKey(h.lease, key))
+		if !h.Tombstone && h.Lease != 0 {
+			_, err := im.store.Get(ctx, coder.LeaseIndexKey(h.Lease, key))
 			switch {
 			case err == nil:
 				s.leaseW = true

@@ -16,72 +16,26 @@ import (
 // record layout keeps a single owner: transfer never writes a record byte
 // of its own. See package transfer's doc for the draft this implements.
 
-// Version is one version of a key as its record holds it.
-type Version struct {
-	ModRev int64
-	// Sub is etcd's sub revision, or SubUnknown in a record written before
-	// sub revisions were kept.
-	Sub, CreateRev, Version, Lease int64
-	Tombstone                      bool
-}
-
 // SubUnknown is the Sub of a version record written before sub revisions
 // were kept.
 const SubUnknown = subUnknown
 
-func (v Version) header() header {
-	return header{modRev: v.ModRev, sub: v.Sub, createRev: v.CreateRev, version: v.Version, lease: v.Lease, tombstone: v.Tombstone}
-}
-
-func (h header) exported() Version {
-	return Version{ModRev: h.modRev, Sub: h.sub, CreateRev: h.createRev, Version: h.version, Lease: h.lease, Tombstone: h.tombstone}
-}
-
 // AppendVersion appends the version record of v with value to dst.
 func AppendVersion(dst []byte, v Version, value []byte) []byte {
-	return append(appendHeader(dst, v.header()), value...)
+	return append(appendHeader(dst, v), value...)
 }
 
 // DecodeVersion decodes a version record; value aliases rec.
 func DecodeVersion(rec []byte) (v Version, value []byte, err error) {
-	h, value, err := decodeHeader(rec)
-	return h.exported(), value, err
-}
-
-// Change is one key's change in a revision's change-log record.
-type Change struct {
-	Deleted bool
-	Key     []byte
-	// PrevRev is the revision of the key's live version before the change,
-	// 0 when the change created the key.
-	PrevRev int64
-	// Superseded is the version record of a put that a later change of the
-	// same key in the same revision replaced.
-	Superseded []byte
+	return decodeHeader(rec)
 }
 
 // AppendChanges appends the change-log record of cs to dst.
-func AppendChanges(dst []byte, cs []Change) []byte {
-	in := make([]change, len(cs))
-	for i, c := range cs {
-		in[i] = change{deleted: c.Deleted, key: c.Key, prevRev: c.PrevRev, superseded: c.Superseded}
-	}
-	return appendChanges(dst, in)
-}
+func AppendChanges(dst []byte, cs []Change) []byte { return appendChanges(dst, cs) }
 
 // DecodeChanges decodes a change-log record; keys and superseded records
 // alias rec.
-func DecodeChanges(rec []byte) ([]Change, error) {
-	cs, err := decodeChanges(rec)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]Change, len(cs))
-	for i, c := range cs {
-		out[i] = Change{Deleted: c.deleted, Key: c.key, PrevRev: c.prevRev, Superseded: c.superseded}
-	}
-	return out, nil
-}
+func DecodeChanges(rec []byte) ([]Change, error) { return decodeChanges(rec) }
 
 // ChangeCount returns the number of changes a change-log record holds
 // without decoding them (most revisions change one key).

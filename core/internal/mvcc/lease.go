@@ -48,10 +48,10 @@ func (g *group) leaseRevoke(id int64) error {
 		if err != nil {
 			return err
 		}
-		if !s.live() || s.cur.lease != id {
+		if !s.live() || s.cur.Lease != id {
 			continue
 		}
-		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, newEvent(k, s))
+		g.stageVersion(k, s, Version{ModRev: rev, Tombstone: true}, nil, newEvent(k, s))
 	}
 	lk := coder.LeaseKey(id)
 	g.leaseOp(lk, kv.Delete(lk))

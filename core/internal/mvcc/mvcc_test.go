@@ -300,9 +300,9 @@ func TestSecondWriterIsFenced(t *testing.T) {
 }
 
 func TestChangeRecordRoundTrip(t *testing.T) {
-	cs := []change{{key: []byte("a")}, {deleted: true, key: []byte{0, 1, 0xff}, prevRev: 1 << 40}}
+	cs := []Change{{Key: []byte("a")}, {Deleted: true, Key: []byte{0, 1, 0xff}, PrevRev: 1 << 40}}
 	got, err := decodeChanges(encodeChanges(cs))
-	if err != nil || len(got) != 2 || string(got[1].key) != string(cs[1].key) || got[1].prevRev != cs[1].prevRev || !got[1].deleted {
+	if err != nil || len(got) != 2 || string(got[1].Key) != string(cs[1].Key) || got[1].PrevRev != cs[1].PrevRev || !got[1].Deleted {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
 	for i := range len(encodeChanges(cs)) {
@@ -310,7 +310,7 @@ func TestChangeRecordRoundTrip(t *testing.T) {
 			t.Fatalf("truncated record of %d bytes decoded", i)
 		}
 	}
-	h := header{modRev: 5, createRev: 3, version: 2, lease: 7, tombstone: true}
+	h := Version{ModRev: 5, CreateRev: 3, Version: 2, Lease: 7, Tombstone: true}
 	if got, rest, err := decodeHeader(encodeObject(h, []byte("val"))); err != nil || got != h || string(rest) != "val" {
 		t.Fatalf("header round trip: %+v %q %v", got, rest, err)
 	}

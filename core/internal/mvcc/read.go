@@ -16,17 +16,17 @@ import (
 // entry is one key's version as seen by a read.
 type entry struct {
 	key   []byte
-	hdr   header
+	hdr   Version
 	value []byte
 }
 
 func (e *entry) keyValue(withValue bool) *mvccpb.KeyValue {
 	kvp := &mvccpb.KeyValue{
 		Key:            e.key,
-		CreateRevision: e.hdr.createRev,
-		ModRevision:    e.hdr.modRev,
-		Version:        e.hdr.version,
-		Lease:          e.hdr.lease,
+		CreateRevision: e.hdr.CreateRev,
+		ModRevision:    e.hdr.ModRev,
+		Version:        e.hdr.Version,
+		Lease:          e.hdr.Lease,
 	}
 	if withValue {
 		kvp.Value = e.value
@@ -275,7 +275,7 @@ func (r *rangeRead) countLive(ctx context.Context, opts kv.ScanOptions, remember
 		if err != nil {
 			return err
 		}
-		if h.modRev > r.rev {
+		if h.ModRev > r.rev {
 			// Changed since rev: whether it was live then is in history.
 			k, err := coder.DecodeRevisionKey(p.Key)
 			if err != nil {
@@ -284,7 +284,7 @@ func (r *rangeRead) countLive(ctx context.Context, opts kv.ScanOptions, remember
 			if _, ok, err := r.b.versionAt(ctx, k, r.rev); err != nil || !ok {
 				return err
 			}
-		} else if h.tombstone {
+		} else if h.Tombstone {
 			return nil
 		}
 		count++
@@ -304,9 +304,9 @@ var errStopScan = errors.New("mvcc: scan stopped")
 
 // resolveAt turns a key's latest version into its live version at rev,
 // looking into history when the latest version is newer than rev.
-func (b *Backend) resolveAt(ctx context.Context, key []byte, latest header, value []byte, rev int64) (entry, bool, error) {
-	if latest.modRev <= rev {
-		if latest.tombstone {
+func (b *Backend) resolveAt(ctx context.Context, key []byte, latest Version, value []byte, rev int64) (entry, bool, error) {
+	if latest.ModRev <= rev {
+		if latest.Tombstone {
 			return entry{}, false, nil
 		}
 		return entry{key: key, hdr: latest, value: value}, true, nil
@@ -337,8 +337,8 @@ func (b *Backend) versionAt(ctx context.Context, key []byte, rev int64) (entry, 
 	if err != nil {
 		return entry{}, false, err
 	}
-	h.modRev = r
-	if h.tombstone {
+	h.ModRev = r
+	if h.Tombstone {
 		return entry{}, false, nil
 	}
 	return entry{key: key, hdr: h, value: val}, true, nil
@@ -356,10 +356,10 @@ func buildRange(req *pb.RangeRequest, entries []entry, count int) *pb.RangeRespo
 	if filtered(req) {
 		kept = make([]entry, 0, len(entries))
 		for _, e := range entries {
-			if req.MinModRevision != 0 && e.hdr.modRev < req.MinModRevision ||
-				req.MaxModRevision != 0 && e.hdr.modRev > req.MaxModRevision ||
-				req.MinCreateRevision != 0 && e.hdr.createRev < req.MinCreateRevision ||
-				req.MaxCreateRevision != 0 && e.hdr.createRev > req.MaxCreateRevision {
+			if req.MinModRevision != 0 && e.hdr.ModRev < req.MinModRevision ||
+				req.MaxModRevision != 0 && e.hdr.ModRev > req.MaxModRevision ||
+				req.MinCreateRevision != 0 && e.hdr.CreateRev < req.MinCreateRevision ||
+				req.MaxCreateRevision != 0 && e.hdr.CreateRev > req.MaxCreateRevision {
 				continue
 			}
 			kept = append(kept, e)
@@ -423,11 +423,11 @@ func (s entrySort) Less(i, j int) bool {
 	a, b := &s.es[i], &s.es[j]
 	switch s.target {
 	case pb.RangeRequest_VERSION:
-		return a.hdr.version-b.hdr.version < 0
+		return a.hdr.Version-b.hdr.Version < 0
 	case pb.RangeRequest_CREATE:
-		return a.hdr.createRev-b.hdr.createRev < 0
+		return a.hdr.CreateRev-b.hdr.CreateRev < 0
 	case pb.RangeRequest_MOD:
-		return a.hdr.modRev-b.hdr.modRev < 0
+		return a.hdr.ModRev-b.hdr.ModRev < 0
 	case pb.RangeRequest_VALUE:
 		return bytes.Compare(a.value, b.value) < 0
 	default:

@@ -6,19 +6,21 @@ import (
 	"fmt"
 )
 
-// header is the metadata of one version of a key. The revision key holds the
-// header of the latest version; each object key holds its version's header
-// followed by the value, so a read at a past revision needs nothing else.
-type header struct {
-	modRev int64
-	// sub is the version's index among the changes of its revision (etcd's
+// Version is the metadata of one version of a key (its record's header).
+// The revision key holds the header of the latest version; each object key
+// holds its version's header followed by the value, so a read at a past
+// revision needs nothing else. It is exported, with Change, for package
+// transfer (layout.go).
+type Version struct {
+	ModRev int64
+	// Sub is the version's index among the changes of its revision (etcd's
 	// sub revision). Nothing in Engram's own layout needs it; etcd's
-	// snapshot file and HashKV name every version by (modRev, sub).
-	sub       int64
-	createRev int64
-	version   int64
-	lease     int64
-	tombstone bool
+	// snapshot file and HashKV name every version by (ModRev, Sub).
+	Sub       int64
+	CreateRev int64
+	Version   int64
+	Lease     int64
+	Tombstone bool
 }
 
 const (
@@ -38,22 +40,22 @@ const maxHeaderLen = 2 + 5*binary.MaxVarintLen64
 
 // appendHeader encodes h: a format byte, a flags byte and five uvarints
 // (the sub revision last; usually 0, so one byte).
-func appendHeader(dst []byte, h header) []byte {
+func appendHeader(dst []byte, h Version) []byte {
 	var flags byte
-	if h.tombstone {
+	if h.Tombstone {
 		flags |= flagTombstone
 	}
 	dst = append(dst, versionFormat, flags)
-	dst = binary.AppendUvarint(dst, uint64(h.modRev))
-	dst = binary.AppendUvarint(dst, uint64(h.createRev))
-	dst = binary.AppendUvarint(dst, uint64(h.version))
-	dst = binary.AppendUvarint(dst, uint64(h.lease))
-	dst = binary.AppendUvarint(dst, uint64(h.sub))
+	dst = binary.AppendUvarint(dst, uint64(h.ModRev))
+	dst = binary.AppendUvarint(dst, uint64(h.CreateRev))
+	dst = binary.AppendUvarint(dst, uint64(h.Version))
+	dst = binary.AppendUvarint(dst, uint64(h.Lease))
+	dst = binary.AppendUvarint(dst, uint64(h.Sub))
 	return dst
 }
 
 // encodeObject encodes a version record: header then value.
-func encodeObject(h header, value []byte) []byte {
+func encodeObject(h Version, value []byte) []byte {
 	dst := appendHeader(make([]byte, 0, objectLen(value)), h)
 	return append(dst, value...)
 }
@@ -68,8 +70,8 @@ const subUnknown = -1
 
 // decodeHeader decodes a header and returns the bytes after it (the value of
 // an object record).
-func decodeHeader(b []byte) (header, []byte, error) {
-	var h header
+func decodeHeader(b []byte) (Version, []byte, error) {
+	var h Version
 	if len(b) < 2 {
 		return h, nil, fmt.Errorf("%w: %d bytes", errBadRecord, len(b))
 	}
@@ -77,13 +79,13 @@ func decodeHeader(b []byte) (header, []byte, error) {
 		return h, nil, fmt.Errorf("%w: unknown format %d", errBadRecord, b[0])
 	}
 	format := b[0]
-	h.tombstone = b[1]&flagTombstone != 0
+	h.Tombstone = b[1]&flagTombstone != 0
 	b = b[2:]
-	fields := [5]*int64{&h.modRev, &h.createRev, &h.version, &h.lease, &h.sub}
+	fields := [5]*int64{&h.ModRev, &h.CreateRev, &h.Version, &h.Lease, &h.Sub}
 	count := len(fields)
 	if format == recordFormat {
 		count--
-		h.sub = subUnknown
+		h.Sub = subUnknown
 	}
 	for i, f := range fields[:count] {
 		v, n := binary.Uvarint(b)
@@ -96,53 +98,53 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	return h, b, nil
 }
 
-// change is one key's change in a revision, as kept in the change log.
-type change struct {
-	deleted bool
-	key     []byte
-	// prevRev is the revision of the key's previous live version, or 0 when
+// Change is one key's change in a revision, as kept in the change log.
+type Change struct {
+	Deleted bool
+	Key     []byte
+	// PrevRev is the revision of the key's previous live version, or 0 when
 	// the change created the key. It lets a watch from history fill prev_kv
 	// with one point read.
-	prevRev int64
-	// superseded is the version record of a put that a later change of the
+	PrevRev int64
+	// Superseded is the version record of a put that a later change of the
 	// same key in the same revision replaced: history keeps only a
 	// revision's last version, so a watch from history reads this one here.
-	superseded []byte
+	Superseded []byte
 }
 
 // encodeChanges encodes the change-log record of one revision.
-func encodeChanges(cs []change) []byte {
+func encodeChanges(cs []Change) []byte {
 	return appendChanges(make([]byte, 0, changesLen(cs)), cs)
 }
 
 // changesLen bounds the length of the change-log record of cs.
-func changesLen(cs []change) int {
+func changesLen(cs []Change) int {
 	n := 2
 	for _, c := range cs {
-		n += 1 + binary.MaxVarintLen64*3 + len(c.key) + len(c.superseded)
+		n += 1 + binary.MaxVarintLen64*3 + len(c.Key) + len(c.Superseded)
 	}
 	return n
 }
 
 // appendChanges appends the change-log record of cs to dst.
-func appendChanges(dst []byte, cs []change) []byte {
+func appendChanges(dst []byte, cs []Change) []byte {
 	dst = append(dst, recordFormat)
 	dst = binary.AppendUvarint(dst, uint64(len(cs)))
 	for _, c := range cs {
 		var t byte
 		switch {
-		case c.deleted:
+		case c.Deleted:
 			t = 1
-		case c.superseded != nil:
+		case c.Superseded != nil:
 			t = 2
 		}
 		dst = append(dst, t)
-		dst = binary.AppendUvarint(dst, uint64(len(c.key)))
-		dst = append(dst, c.key...)
-		dst = binary.AppendUvarint(dst, uint64(c.prevRev))
+		dst = binary.AppendUvarint(dst, uint64(len(c.Key)))
+		dst = append(dst, c.Key...)
+		dst = binary.AppendUvarint(dst, uint64(c.PrevRev))
 		if t == 2 {
-			dst = binary.AppendUvarint(dst, uint64(len(c.superseded)))
-			dst = append(dst, c.superseded...)
+			dst = binary.AppendUvarint(dst, uint64(len(c.Superseded)))
+			dst = append(dst, c.Superseded...)
 		}
 	}
 	return dst
@@ -162,37 +164,37 @@ func changeCount(b []byte) (int, []byte, error) {
 	return int(cnt), b[n:], nil
 }
 
-func decodeChanges(b []byte) ([]change, error) {
+func decodeChanges(b []byte) ([]Change, error) {
 	cnt, b, err := changeCount(b)
 	if err != nil {
 		return nil, err
 	}
-	cs := make([]change, 0, cnt)
+	cs := make([]Change, 0, cnt)
 	for i := range cnt {
 		if len(b) < 1 {
 			return nil, fmt.Errorf("%w: change %d truncated", errBadRecord, i)
 		}
 		t := b[0]
-		c := change{deleted: t == 1}
+		c := Change{Deleted: t == 1}
 		b = b[1:]
 		kl, n := binary.Uvarint(b)
 		if n <= 0 || kl > uint64(len(b)-n) {
 			return nil, fmt.Errorf("%w: change %d key", errBadRecord, i)
 		}
-		c.key = b[n : n+int(kl)]
+		c.Key = b[n : n+int(kl)]
 		b = b[n+int(kl):]
 		pr, n := binary.Uvarint(b)
 		if n <= 0 {
 			return nil, fmt.Errorf("%w: change %d prev revision", errBadRecord, i)
 		}
-		c.prevRev = int64(pr)
+		c.PrevRev = int64(pr)
 		b = b[n:]
 		if t == 2 {
 			vl, n := binary.Uvarint(b)
 			if n <= 0 || vl > uint64(len(b)-n) {
 				return nil, fmt.Errorf("%w: change %d superseded version", errBadRecord, i)
 			}
-			c.superseded = b[n : n+int(vl)]
+			c.Superseded = b[n : n+int(vl)]
 			b = b[n+int(vl):]
 		}
 		cs = append(cs, c)

@@ -86,7 +86,7 @@ func (g *group) compare(c *pb.Compare) (bool, error) {
 			// etcd: comparing the value of a missing key always fails.
 			return false, nil
 		}
-		return compareHeader(c, header{}, nil), nil
+		return compareHeader(c, Version{}, nil), nil
 	}
 	for _, k := range keys {
 		s := g.keys[string(k)]
@@ -97,19 +97,19 @@ func (g *group) compare(c *pb.Compare) (bool, error) {
 	return true, nil
 }
 
-func compareHeader(c *pb.Compare, h header, value []byte) bool {
+func compareHeader(c *pb.Compare, h Version, value []byte) bool {
 	var r int
 	switch c.Target {
 	case pb.Compare_VALUE:
 		r = bytes.Compare(value, c.GetValue())
 	case pb.Compare_VERSION:
-		r = cmpInt(h.version, c.GetVersion())
+		r = cmpInt(h.Version, c.GetVersion())
 	case pb.Compare_CREATE:
-		r = cmpInt(h.createRev, c.GetCreateRevision())
+		r = cmpInt(h.CreateRev, c.GetCreateRevision())
 	case pb.Compare_MOD:
-		r = cmpInt(h.modRev, c.GetModRevision())
+		r = cmpInt(h.ModRev, c.GetModRevision())
 	case pb.Compare_LEASE:
-		r = cmpInt(h.lease, c.GetLease())
+		r = cmpInt(h.Lease, c.GetLease())
 	}
 	switch c.Result {
 	case pb.Compare_EQUAL:
@@ -367,11 +367,11 @@ func (g *group) put(p *pb.PutRequest, rev int64, resp *pb.PutResponse) error {
 		value = s.value
 	}
 	if p.IgnoreLease {
-		leaseID = s.cur.lease
+		leaseID = s.cur.Lease
 	}
-	h := header{modRev: rev, createRev: rev, version: 1, lease: leaseID}
+	h := Version{ModRev: rev, CreateRev: rev, Version: 1, Lease: leaseID}
 	if wasLive {
-		h.createRev, h.version = s.cur.createRev, s.cur.version+1
+		h.CreateRev, h.Version = s.cur.CreateRev, s.cur.Version+1
 	}
 	g.stageVersion(p.Key, s, h, value, o)
 	return nil
@@ -389,7 +389,7 @@ func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRang
 		if d.PrevKv {
 			resp.PrevKvs = append(resp.PrevKvs, o.ev.PrevKv)
 		}
-		g.stageVersion(k, s, header{modRev: rev, tombstone: true}, nil, o)
+		g.stageVersion(k, s, Version{ModRev: rev, Tombstone: true}, nil, o)
 	}
 	return resp, nil
 }

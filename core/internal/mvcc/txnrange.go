@@ -88,7 +88,7 @@ func (g *group) rangeInGroup(req *pb.RangeRequest, at int64) (*pb.RangeResponse,
 
 // staged is a key's version at the end of one revision of the group.
 type staged struct {
-	hdr    header
+	hdr    Version
 	value  []byte
 	exists bool
 }
@@ -97,12 +97,12 @@ type staged struct {
 // base revision): the newest of its versions staged in the group at or
 // below at, or the one it had before the group.
 func (s *keyState) at(at int64) (entry, bool, error) {
-	if s.exists && s.cur.modRev <= at {
-		return entry{hdr: s.cur, value: s.value}, !s.cur.tombstone, nil
+	if s.exists && s.cur.ModRev <= at {
+		return entry{hdr: s.cur, value: s.value}, !s.cur.Tombstone, nil
 	}
 	for i := len(s.past) - 1; i >= 0; i-- {
-		if v := s.past[i]; v.exists && v.hdr.modRev <= at {
-			return entry{hdr: v.hdr, value: v.value}, !v.hdr.tombstone, nil
+		if v := s.past[i]; v.exists && v.hdr.ModRev <= at {
+			return entry{hdr: v.hdr, value: v.value}, !v.hdr.Tombstone, nil
 		}
 	}
 	if s.base == nil {
@@ -112,5 +112,5 @@ func (s *keyState) at(at int64) (entry, bool, error) {
 	if err != nil {
 		return entry{}, false, err
 	}
-	return entry{hdr: h, value: val}, !h.tombstone, nil
+	return entry{hdr: h, value: val}, !h.Tombstone, nil
 }

@@ -152,11 +152,11 @@ func TestKeyChangedTwiceInOneTxn(t *testing.T) {
 // TestSupersededPutRoundTrip: a change that keeps a superseded put's
 // version decodes back whole, and no truncation of it decodes.
 func TestSupersededPutRoundTrip(t *testing.T) {
-	v := encodeObject(header{modRev: 9, createRev: 4, version: 3}, []byte("val"))
-	cs := []change{{key: []byte("a"), prevRev: 4, superseded: v}, {deleted: true, key: []byte("a"), prevRev: 4}}
+	v := encodeObject(Version{ModRev: 9, CreateRev: 4, Version: 3}, []byte("val"))
+	cs := []Change{{Key: []byte("a"), PrevRev: 4, Superseded: v}, {Deleted: true, Key: []byte("a"), PrevRev: 4}}
 	rec := encodeChanges(cs)
 	got, err := decodeChanges(rec)
-	if err != nil || len(got) != 2 || string(got[0].superseded) != string(v) || got[0].deleted || got[0].prevRev != 4 || !got[1].deleted || got[1].superseded != nil {
+	if err != nil || len(got) != 2 || string(got[0].Superseded) != string(v) || got[0].Deleted || got[0].PrevRev != 4 || !got[1].Deleted || got[1].Superseded != nil {
 		t.Fatalf("round trip: %+v %v", got, err)
 	}
 	for i := range len(rec) {

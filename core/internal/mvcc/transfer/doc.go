@@ -28,8 +28,8 @@
 //
 // # What the wing uses of mvcc today
 //
-// Measured on the files above: the version header (header, appendHeader,
-// encodeObject, decodeHeader, subUnknown); the change-log record (change,
+// Measured on the files above: the version header (Version, appendHeader,
+// encodeObject, decodeHeader, subUnknown); the change-log record (Change,
 // appendChanges, encodeChanges, changeCount, decodeChanges); the lease
 // record (encodeLease); the meta records (metaCompact with compactRecord,
 // metaImport); the Backend for export and HashKV (closed, pinCompacted,
@@ -42,7 +42,10 @@
 // # The narrow API mvcc offers (mvcc/layout.go)
 //
 // Records, each a delegation to the one encoder or decoder the writer and
-// readers use, so not a byte of format is written twice:
+// readers use, so not a byte of format is written twice. Version and
+// Change are the very types mvcc's writer and readers use (exported, not
+// copied, so no conversion costs the bulk restore an allocation a
+// revision):
 //
 //	type Version struct {               // one version, as its record holds it
 //		ModRev, Sub, CreateRev, Version, Lease int64
