@@ -25,6 +25,7 @@ import (
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/snapshot"
 )
@@ -41,7 +42,7 @@ func Save(ctx context.Context, b *mvcc.Backend, store kv.Store, path, tempDir st
 	}
 	sorter := etcdfmt.NewSorter(tempDir, 0)
 	defer sorter.Close()
-	info, err := b.Export(ctx, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
+	info, err := transfer.Export(ctx, b, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
 	if err != nil {
 		return snapshot.Info{}, fmt.Errorf("backup: export: %w", err)
 	}
@@ -88,7 +89,7 @@ type RestoreInfo struct {
 
 // Restore imports the snapshot file at path into store, which must be empty
 // (or hold an earlier restore that did not finish, which is replaced). It
-// bulk-loads the store (mvcc.BulkImport; the engine's kv.BulkLoader, or
+// bulk-loads the store (transfer.BulkImport; the engine's kv.BulkLoader, or
 // batched Commits): nothing is servable until the load finishes.
 func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptions) (RestoreInfo, error) {
 	if opts.Logger == nil {
@@ -119,7 +120,7 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	if err != nil {
 		return RestoreInfo{}, err
 	}
-	imported := make([]mvcc.ImportLease, 0, len(leases))
+	imported := make([]transfer.ImportLease, 0, len(leases))
 	for _, l := range leases {
 		ttl := l.TTL
 		if ttl <= 0 {
@@ -129,7 +130,7 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 			opts.Logger.Warn("lease with a non-positive TTL in the snapshot; restoring it with 1 s", "lease", fmt.Sprintf("%x", l.ID), "ttl", l.TTL)
 			ttl = 1
 		}
-		imported = append(imported, mvcc.ImportLease{ID: l.ID, TTL: ttl})
+		imported = append(imported, transfer.ImportLease{ID: l.ID, TTL: ttl})
 	}
 	out.Leases = len(leases)
 	// The users and roles are loaded with the data, so a store that had
@@ -148,7 +149,7 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 	if opts.Progress != nil {
 		progress = func(rows int64) { opts.Progress(rows, int64(info.Rows)) }
 	}
-	out.Rows, err = mvcc.BulkImport(ctx, mvcc.BulkImportOptions{
+	out.Rows, err = transfer.BulkImport(ctx, transfer.BulkImportOptions{
 		Store:  store,
 		Loader: kv.BulkLoaderOf(store, 0),
 		Logger: opts.Logger,
@@ -165,7 +166,7 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 			return f.Close()
 		},
 		Meta:     authRecords,
-		Finish:   mvcc.FinishOptions{Rev: out.Rev, CompactRev: out.CompactRev},
+		Finish:   transfer.FinishOptions{Rev: out.Rev, CompactRev: out.CompactRev},
 		TempDir:  opts.TempDir,
 		Progress: progress,
 	})

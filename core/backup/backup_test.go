@@ -16,6 +16,7 @@ import (
 
 	"github.com/engramkv/engram/core/backup"
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/snapshot"
 	"github.com/engramkv/engram/host"
@@ -156,7 +157,7 @@ func checkAgainstFacts(t *testing.T, b *mvcc.Backend, facts *etcdtest.SnapshotFa
 		if rev == facts.CompactRevision && facts.RestoredCompactHash != nil {
 			wantHash = *facts.RestoredCompactHash
 		}
-		h, err := b.HashKV(ctx, rev)
+		h, err := transfer.HashKV(ctx, b, rev)
 		if err != nil {
 			t.Fatalf("HashKV at %d: %v", rev, err)
 		}
@@ -308,7 +309,7 @@ func TestRestoreBadInput(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.Close()
-		if _, err := backup.Restore(ctx, store, good, backup.RestoreOptions{}); !errors.Is(err, mvcc.ErrNotEmpty) {
+		if _, err := backup.Restore(ctx, store, good, backup.RestoreOptions{}); !errors.Is(err, transfer.ErrNotEmpty) {
 			t.Fatalf("restore into a store with data: %v, want ErrNotEmpty", err)
 		}
 		b = openBackend(t, store)

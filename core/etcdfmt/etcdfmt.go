@@ -5,7 +5,8 @@
 //
 // Engram never stores data in this format; it speaks it at the edges: the
 // Snapshot RPC and `engram snapshot restore` (packages snapshot and
-// backup, the bulk import in mvcc), HashKV (package mvcc) and migration.
+// backup, the bulk import in mvcc/transfer), HashKV (package transfer) and
+// migration.
 // Keeping the format here, bit for bit, is what lets `etcdctl endpoint
 // hashkv` agree between etcd and Engram and lets `etcdutl snapshot
 // restore` accept a file Engram wrote.

@@ -10,7 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/migrate"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/internal/etcdtest"
@@ -307,7 +307,7 @@ func TestNonEmptyTarget(t *testing.T) {
 
 		var logs logBuffer
 		_, err = migrate.Run(ctx, migrate.Options{Client: src, Source: e.ClientURL, Store: st, TempDir: t.TempDir(), Logger: logs.logger()}, closed())
-		if !errors.Is(err, mvcc.ErrNotEmpty) {
+		if !errors.Is(err, transfer.ErrNotEmpty) {
 			t.Fatalf("migrating into a store with data: %v, want ErrNotEmpty", err)
 		}
 		if !contains(err.Error(), `2 keys, the first "/mine/a"`) {
@@ -338,7 +338,7 @@ func TestNonEmptyTarget(t *testing.T) {
 		})
 		opts.Source = "second"
 		_, err := migrate.Run(ctx, opts, closed())
-		if !errors.Is(err, mvcc.ErrNotEmpty) {
+		if !errors.Is(err, transfer.ErrNotEmpty) {
 			t.Fatalf("migrating into a store holding another source's migration: %v, want ErrNotEmpty", err)
 		}
 		if rec := requireUnservable(t, st); rec.Applied != applied || !strings.Contains(rec.Source, "first") {

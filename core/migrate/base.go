@@ -14,6 +14,7 @@ import (
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/auth"
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/snapshot"
 )
 
@@ -36,7 +37,7 @@ func (m *migration) snapshotBase(ctx context.Context, rec mvcc.ImportRecord) err
 	rec.CompactRev = info.CompactRev
 	m.ph = phase{Phase: "base", BaseRev: info.Revision, Prefix: m.opts.Prefix, Base: BaseSnapshot}
 	rec.Extra, _ = json.Marshal(m.ph)
-	im, err := mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec})
+	im, err := transfer.NewImporter(ctx, transfer.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec})
 	if err != nil {
 		return err
 	}

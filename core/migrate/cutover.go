@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 )
 
 // cutover completes the migration at revision target, once everything up
@@ -45,7 +45,7 @@ func (m *migration) cutover(ctx context.Context, target int64) (Result, bool, er
 	}
 	compact := min(max(rec.CompactRev, source.compact), target)
 	res := Result{BaseRev: m.ph.BaseRev, CompactRev: compact, Rev: target, Base: m.ph.base()}
-	if err := m.im.Finish(ctx, mvcc.FinishOptions{Rev: target, CompactRev: compact}); err != nil {
+	if err := m.im.Finish(ctx, transfer.FinishOptions{Rev: target, CompactRev: compact}); err != nil {
 		return res, false, err
 	}
 	verified, err := m.verify(ctx, source, target)
@@ -58,12 +58,12 @@ func (m *migration) cutover(ctx context.Context, target int64) (Result, bool, er
 	}
 	if err != nil {
 		// Not servable after all: put the import record back.
-		if rerr := mvcc.Unfinish(ctx, m.opts.Store, rec); rerr != nil {
+		if rerr := transfer.Unfinish(ctx, m.opts.Store, rec); rerr != nil {
 			return res, false, errors.Join(err, rerr)
 		}
 		if errors.Is(err, ErrNotQuiet) {
 			m.log.Warn("the source moved during verification; draining again", "err", err)
-			m.im, err = mvcc.NewImporter(ctx, m.resumeOptions(rec))
+			m.im, err = transfer.NewImporter(ctx, m.resumeOptions(rec))
 			return res, false, err
 		}
 		return res, false, err

@@ -50,6 +50,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 )
 
@@ -209,7 +210,7 @@ func Run(ctx context.Context, opts Options, cutover <-chan struct{}) (Result, er
 type migration struct {
 	opts Options
 	log  *slog.Logger
-	im   *mvcc.Importer
+	im   *transfer.Importer
 	ph   phase
 	rows int64
 	// sourceRev is the source's highest revision seen.
@@ -229,7 +230,7 @@ func (m *migration) start(ctx context.Context) error {
 		var ph phase
 		if err := json.Unmarshal(prev.Extra, &ph); err == nil && ph.Phase == "follow" {
 			m.ph = ph
-			im, err := mvcc.NewImporter(ctx, m.resumeOptions(rec))
+			im, err := transfer.NewImporter(ctx, m.resumeOptions(rec))
 			if err != nil {
 				return err
 			}
@@ -240,12 +241,12 @@ func (m *migration) start(ctx context.Context) error {
 		m.log.Info("the earlier migration stopped during the base copy; starting it again", "source", rec.Source)
 	}
 	if prev != nil && prev.Kind == rec.Kind && prev.Source != rec.Source && !m.opts.Restart {
-		return fmt.Errorf("%w: the store holds an unfinished migration from %s; use --restart to discard it", mvcc.ErrNotEmpty, prev.Source)
+		return fmt.Errorf("%w: the store holds an unfinished migration from %s; use --restart to discard it", transfer.ErrNotEmpty, prev.Source)
 	}
 	// Before any download: an unfinished migration is ours to start
 	// over; anything else refuses the store.
 	if prev == nil || prev.Kind != rec.Kind {
-		if err := mvcc.CheckEmpty(ctx, m.opts.Store); err != nil {
+		if err := transfer.CheckEmpty(ctx, m.opts.Store); err != nil {
 			return fmt.Errorf("migrate: the target: %w", err)
 		}
 	}
@@ -263,8 +264,8 @@ func (m *migration) start(ctx context.Context) error {
 // resumeOptions are the importer's options to continue the migration
 // whose import record is rec: a Range base's source may not count versions
 // (kine), and its watch events carry none either.
-func (m *migration) resumeOptions(rec mvcc.ImportRecord) mvcc.ImportOptions {
-	return mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, Resume: true, CountVersions: m.ph.base() == BaseRange}
+func (m *migration) resumeOptions(rec mvcc.ImportRecord) transfer.ImportOptions {
+	return transfer.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, Resume: true, CountVersions: m.ph.base() == BaseRange}
 }
 
 func (m *migration) source() string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 )
 
 // A Range base reads the source's live keys at one revision B, page by
@@ -46,7 +47,7 @@ func (m *migration) rangeBase(ctx context.Context, rec mvcc.ImportRecord) error 
 	rec.CompactRev = rev
 	m.ph = phase{Phase: "base", BaseRev: rev, Prefix: m.opts.Prefix, Base: BaseRange}
 	rec.Extra, _ = json.Marshal(m.ph)
-	im, err := mvcc.NewImporter(ctx, mvcc.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, CountVersions: true})
+	im, err := transfer.NewImporter(ctx, transfer.ImportOptions{Store: m.opts.Store, Logger: m.log, Record: rec, CountVersions: true})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/migrate"
 	"github.com/engramkv/engram/internal/etcdtest"
@@ -140,4 +141,4 @@ func contains(s string, subs ...string) bool {
 }
 
 // mvccCheckEmpty returns an error unless st holds nothing an import writes.
-func mvccCheckEmpty(ctx context.Context, st kv.Store) error { return mvcc.CheckEmpty(ctx, st) }
+func mvccCheckEmpty(ctx context.Context, st kv.Store) error { return transfer.CheckEmpty(ctx, st) }

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/engramkv/engram/core/internal/mvcc"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 )
 
@@ -65,7 +66,7 @@ func OpenLocal(ctx context.Context, store kv.Store, tempDir string) (*Local, err
 func (l *Local) Close() error { return l.b.Close() }
 
 func (l *Local) HashKV(ctx context.Context, rev int64) (uint32, int64, error) {
-	h, err := l.b.HashKV(ctx, rev)
+	h, err := transfer.HashKV(ctx, l.b, rev)
 	return h.Hash, h.CompactRev, err
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/engramkv/engram/core/backup"
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 )
 
@@ -63,7 +64,7 @@ func (m *maintenanceServer) Hash(ctx context.Context, r *pb.HashRequest) (*pb.Ha
 	if err := m.s.authorizeAdmin(ctx); err != nil {
 		return nil, err
 	}
-	h, err := m.s.current().Backend.HashKV(ctx, 0)
+	h, err := transfer.HashKV(ctx, m.s.current().Backend, 0)
 	if err != nil {
 		return nil, toGRPC(err)
 	}
@@ -76,7 +77,7 @@ func (m *maintenanceServer) HashKV(ctx context.Context, r *pb.HashKVRequest) (*p
 	if err := m.s.authorizeAdmin(ctx); err != nil {
 		return nil, err
 	}
-	h, err := m.s.current().Backend.HashKV(ctx, r.Revision)
+	h, err := transfer.HashKV(ctx, m.s.current().Backend, r.Revision)
 	if err != nil {
 		return nil, toGRPC(err)
 	}

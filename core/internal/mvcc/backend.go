@@ -349,7 +349,7 @@ func storeMax(a *atomic.Int64, v int64) {
 }
 
 // scanAll calls fn for every pair of a scan.
-func scanAll(ctx context.Context, s kv.Store, opts kv.ScanOptions, fn func(kv.Pair) error) error {
+func scanAll(ctx context.Context, s RecordReader, opts kv.ScanOptions, fn func(kv.Pair) error) error {
 	it, err := s.Scan(ctx, opts)
 	if err != nil {
 		return err

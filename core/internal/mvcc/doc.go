@@ -199,14 +199,11 @@
 //	compact.go       logical and physical compaction
 //	metrics.go       the writer's, compaction's and the cache's metrics
 //	readbarrier.go   a follower's read revision
-//	export.go        the store as an etcd key bucket (snapshots, HashKV)
-//	hashkv.go        etcd's HashKV
-//	import.go        restore and migration: starting and finishing an import
-//	importrows.go    writing imported rows in revision-aligned batches
-//	importbulk.go    bulk restore: a whole history in one kv.Load, key order
-//	importlayout.go  a key's records derived from its versions (bulk restore)
 //	importrecord.go  the record that keeps a half-done import from being served
-//	layout.go        the narrow record API of the import/export wing (package transfer)
+//	layout.go        the narrow API of package transfer: records, pinned history
+//
+// Moving whole histories in and out (export, HashKV, restore, migration)
+// is package transfer's, which reaches the records only through layout.go.
 //
 // The reasons behind the layout, the writer and compaction, and the
 // measurements behind them, are in DESIGN.md ("The write path", "The read

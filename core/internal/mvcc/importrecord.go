@@ -53,20 +53,6 @@ func ReadImportRecord(ctx context.Context, s kv.Store) (*ImportRecord, error) {
 	return &r, nil
 }
 
-func (im *Importer) putRecord(ctx context.Context) error {
-	raw, err := json.Marshal(im.record)
-	if err != nil {
-		return err
-	}
-	if err := im.store.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaImport), raw)}); err != nil {
-		return storageErr("write import record", err)
-	}
-	return nil
-}
-
-// SetExtra replaces the import record's Extra, written with the next flush.
-func (im *Importer) SetExtra(extra json.RawMessage) { im.record.Extra = extra }
-
 // checkImportRecord is Open's guard against serving a half-imported store.
 func checkImportRecord(ctx context.Context, s kv.Store) error {
 	r, err := ReadImportRecord(ctx, s)
@@ -75,21 +61,6 @@ func checkImportRecord(ctx context.Context, s kv.Store) error {
 	}
 	if r != nil {
 		return fmt.Errorf("%w: %s from %s stopped after revision %d; run it again to finish (or wipe the store)", ErrImportUnfinished, r.Kind, r.Source, r.Applied)
-	}
-	return nil
-}
-
-// Unfinish puts an import record back on a store whose import finished but
-// must not be served after all (a migration whose verification failed, or
-// whose source moved on during the cut-over): Open refuses it again, and an
-// importer resuming rec continues from rec.Applied.
-func Unfinish(ctx context.Context, s kv.Store, rec ImportRecord) error {
-	raw, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := s.Commit(ctx, []kv.Op{kv.Put(coder.MetaKey(metaImport), raw)}); err != nil {
-		return storageErr("write import record", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package mvcc
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 
 	"github.com/engramkv/engram/core/etcdfmt"
@@ -10,11 +11,11 @@ import (
 	"github.com/engramkv/engram/core/kv"
 )
 
-// The narrow API package transfer (mvcc's import/export wing, being moved
-// out) uses instead of mvcc's internals. Every function here delegates to
-// the one encoder or decoder the writer and readers use (record.go), so the
+// The narrow API package transfer (which moves whole histories in and out)
+// uses instead of mvcc's internals. Every function here delegates to the
+// one encoder or decoder the writer and readers use (record.go), so the
 // record layout keeps a single owner: transfer never writes a record byte
-// of its own. See package transfer's doc for the draft this implements.
+// of its own. Package transfer's doc lists it.
 
 // SubUnknown is the Sub of a version record written before sub revisions
 // were kept.
@@ -103,3 +104,48 @@ func (b *Backend) StoredLeases(ctx context.Context) ([]etcdfmt.Lease, error) {
 // EtcdCompactRev is compact as etcd reports it: -1 for a store never
 // compacted, which clients tell from one compacted at 0.
 func (b *Backend) EtcdCompactRev(compact int64) int64 { return b.etcdCompactRev(compact) }
+
+// EncodeVersion is AppendVersion into a buffer of the right size.
+func EncodeVersion(v Version, value []byte) []byte { return encodeObject(v, value) }
+
+// EncodeChanges is AppendChanges into a buffer of the right size.
+func EncodeChanges(cs []Change) []byte { return encodeChanges(cs) }
+
+// ImportRecordKey is the key of the import record, which an import must
+// not overwrite with meta records of its own, and a wipe removes last.
+func ImportRecordKey() []byte { return coder.MetaKey(metaImport) }
+
+// StorageError wraps an engine error of operation op as mvcc's reads and
+// writes do: ErrClosed for a closed engine, ErrUnavailable otherwise, and a
+// context's error as it is.
+func StorageError(op string, err error) error { return storageErr(op, err) }
+
+// ScanAll calls fn for every pair of a scan of s.
+func ScanAll(ctx context.Context, s RecordReader, opts kv.ScanOptions, fn func(kv.Pair) error) error {
+	return scanAll(ctx, s, opts, fn)
+}
+
+// etcdCompactRev is the compacted revision as etcd reports it: -1 for a
+// store never compacted, 0 for one compacted at 0.
+func (b *Backend) etcdCompactRev(rev int64) int64 {
+	if rev == 0 && !b.compacted.Load() {
+		return -1
+	}
+	return rev
+}
+
+// pinCompacted pins the compacted revision for a read of all history that
+// compaction keeps, retrying if a compaction moves it meanwhile.
+func (b *Backend) pinCompacted(ctx context.Context) (cur, compact int64, unpin func(), err error) {
+	for {
+		cur, compact, err = b.Revisions(ctx)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		unpin, err = b.pin(compact)
+		if errors.Is(err, ErrCompacted) {
+			continue
+		}
+		return cur, compact, unpin, err
+	}
+}

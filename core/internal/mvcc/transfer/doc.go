@@ -16,29 +16,6 @@
 // record is present), and exports only read, under mvcc's pin of the
 // compacted revision.
 //
-// # Status
-//
-// The interface below is in package mvcc (layout.go, tested against the
-// worked example's bytes in layout_test.go). The wing's files have not
-// moved yet: they are still in package mvcc (export.go, hashkv.go,
-// import.go, importrows.go, importrecord.go, importbulk.go,
-// importlayout.go, with transfer_test.go, export_superseded_test.go,
-// importbulk_test.go and countversions_test.go) and still use mvcc's
-// internals; this package holds no code yet.
-//
-// # What the wing uses of mvcc today
-//
-// Measured on the files above: the version header (Version, appendHeader,
-// encodeObject, decodeHeader, subUnknown); the change-log record (Change,
-// appendChanges, encodeChanges, changeCount, decodeChanges); the lease
-// record (encodeLease); the meta records (metaCompact with compactRecord,
-// metaImport); the Backend for export and HashKV (closed, pinCompacted,
-// readRevisions, storedLeases, tempDir, compacted for etcd's -1 compact
-// revision, and its kv.Store for Gets and Scans); and two helpers
-// (storageErr, scanAll). Key layout comes from package coder directly
-// (revision, object, event, lease and lease-index keys, spaces, meta keys),
-// which stays so: coder already owns it alone.
-//
 // # The narrow API mvcc offers (mvcc/layout.go)
 //
 // Records, each a delegation to the one encoder or decoder the writer and
@@ -63,6 +40,8 @@
 //	func AppendChanges(dst []byte, cs []Change) []byte
 //	func DecodeChanges(rec []byte) ([]Change, error)
 //	func ChangeCount(rec []byte) (int, error)
+//	func EncodeVersion(v Version, value []byte) []byte    // sized buffer
+//	func EncodeChanges(cs []Change) []byte                // sized buffer
 //	func LeaseRecord(ttl int64) []byte
 //	func CompactRecord(compacted, physical int64) kv.Pair // meta "compact"
 //
@@ -72,6 +51,7 @@
 //
 //	func ImportRecordOp(rec ImportRecord) (kv.Op, error)
 //	func ClearImportRecordOp() kv.Op
+//	func ImportRecordKey() []byte // not to be overwritten by an import's meta
 //
 // Reads of a served store, for export and HashKV:
 //
@@ -82,24 +62,21 @@
 //	func (b *Backend) EtcdCompactRev(compact int64) int64 // -1: never compacted
 //	func (b *Backend) TempDir() string
 //
-// with the errors ErrClosed, ErrFutureRev and ErrCompacted. Two helpers
-// the wing uses today, storageErr and scanAll, are not offered: transfer
-// wraps its own errors with its own context.
+// with the errors ErrClosed, ErrFutureRev and ErrCompacted. Engine errors
+// are wrapped as mvcc wraps them (StorageError: ErrClosed, ErrUnavailable),
+// and ScanAll reads a scan whole.
 //
-// # What moves here
+// # Files
 //
-//	export.go       Export(ctx, *mvcc.Backend, rev, fn) (ExportInfo, error)
-//	hashkv.go       HashKV(ctx, *mvcc.Backend, rev) (KVHash, error)
-//	import.go       NewImporter, CheckEmpty, Finish, ErrNotEmpty
-//	importrows.go   Importer.Add, Lease, DropLease, Advance, Flush
-//	importrecord.go Unfinish and the importer's record writes
-//	importbulk.go   BulkImport
-//	importlayout.go a key's records derived from its versions
+//	export.go       Export: the store as an etcd key bucket (snapshots)
+//	hashkv.go       HashKV: etcd's hash of that bucket
+//	import.go       NewImporter, CheckEmpty, Finish: starting and finishing
+//	                an import (migration)
+//	importrows.go   writing imported rows in revision-aligned batches
+//	importrecord.go writing mvcc's import record; Unfinish
+//	importbulk.go   BulkImport: a whole history in one kv.Load, key order
+//	importlayout.go a key's records derived from its versions (bulk restore)
 //
-// Callers to update: core/backup (Export, BulkImport, ImportLease),
-// core/migrate (NewImporter, ImportOptions, FinishOptions, CheckEmpty,
-// Unfinish, ErrNotEmpty, Importer, and HashKV in verify.go),
-// core/internal/etcdapi (Hash and HashKV; its Snapshot goes through
-// core/backup), and their tests. ReadImportRecord, ImportRecord and
-// ErrImportUnfinished stay mvcc's.
+// The reasons behind the bulk restore and its measurements are in
+// DESIGN.md ("Bulk restore").
 package transfer

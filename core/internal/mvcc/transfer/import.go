@@ -1,4 +1,4 @@
-package mvcc
+package transfer
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
 )
@@ -45,7 +46,7 @@ type ImportOptions struct {
 	Logger *slog.Logger
 	// Record is written as the import record; Applied is maintained by the
 	// importer.
-	Record ImportRecord
+	Record mvcc.ImportRecord
 	// Resume continues the unfinished import the store holds if it is of
 	// the same Kind and Source (ResumeFrom then returns its record);
 	// without Resume, or for a different import, a store holding an
@@ -68,7 +69,7 @@ type ImportOptions struct {
 type Importer struct {
 	store   kv.Store
 	log     *slog.Logger
-	record  ImportRecord
+	record  mvcc.ImportRecord
 	resumed bool
 
 	maxBytes      int
@@ -79,8 +80,8 @@ type Importer struct {
 	opIndex map[string]int
 	size    int
 	keys    map[string]*importKey
-	changes []Change // of revision cur
-	cur     int64    // revision of the rows being added (0 before the first)
+	changes []mvcc.Change // of revision cur
+	cur     int64         // revision of the rows being added (0 before the first)
 	curSub  int64
 	open    bool // rows of cur were added and cur is not complete yet
 	// logNext is the next revision that needs a change-log record.
@@ -91,7 +92,7 @@ type Importer struct {
 }
 
 type importKey struct {
-	cur    Version
+	cur    mvcc.Version
 	value  []byte
 	exists bool
 	leaseW bool // lease index entry present for cur.lease
@@ -114,7 +115,7 @@ func NewImporter(ctx context.Context, opts ImportOptions) (*Importer, error) {
 	}
 	im := &Importer{store: opts.Store, log: opts.Logger, record: opts.Record, maxBytes: opts.MaxBatchBytes, countVersions: opts.CountVersions, keys: map[string]*importKey{}, opIndex: map[string]int{}, leases: map[int64]bool{}}
 	im.record.Applied = 0
-	prev, err := ReadImportRecord(ctx, opts.Store)
+	prev, err := mvcc.ReadImportRecord(ctx, opts.Store)
 	switch {
 	case err != nil:
 		return nil, err
@@ -149,7 +150,7 @@ func NewImporter(ctx context.Context, opts ImportOptions) (*Importer, error) {
 func (im *Importer) Resumed() bool { return im.resumed }
 
 // Record returns the import record as last committed.
-func (im *Importer) Record() ImportRecord { return im.record }
+func (im *Importer) Record() mvcc.ImportRecord { return im.record }
 
 // importSpaces are the spaces an import writes; a store with a key in any
 // of them is not empty.
@@ -160,7 +161,7 @@ var importSpaces = []coder.Space{coder.SpaceRevision, coder.SpaceObject, coder.S
 // downloads anything, so a wrong target is refused at once rather than
 // after a base copy of the whole source.
 func CheckEmpty(ctx context.Context, s kv.Store) error {
-	prev, err := ReadImportRecord(ctx, s)
+	prev, err := mvcc.ReadImportRecord(ctx, s)
 	if err != nil {
 		return err
 	}
@@ -173,12 +174,12 @@ func CheckEmpty(ctx context.Context, s kv.Store) error {
 func checkEmpty(ctx context.Context, s kv.Store) error {
 	for _, sp := range importSpaces {
 		var found []byte
-		err := scanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1}, func(p kv.Pair) error {
+		err := mvcc.ScanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1}, func(p kv.Pair) error {
 			found = p.Key
 			return nil
 		})
 		if err != nil {
-			return storageErr("check the store is empty", err)
+			return mvcc.StorageError("check the store is empty", err)
 		}
 		if found != nil {
 			rev, err := tso.Recover(ctx, s)
@@ -200,7 +201,7 @@ func describeFound(ctx context.Context, s kv.Store) string {
 		first []byte
 		n     int
 	)
-	err := scanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(coder.SpaceRevision), End: coder.SpaceEnd(coder.SpaceRevision), Limit: bound}, func(p kv.Pair) error {
+	err := mvcc.ScanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(coder.SpaceRevision), End: coder.SpaceEnd(coder.SpaceRevision), Limit: bound}, func(p kv.Pair) error {
 		if first == nil {
 			first, _ = coder.DecodeRevisionKey(p.Key)
 		}
@@ -224,21 +225,21 @@ func wipe(ctx context.Context, s kv.Store) error {
 	for _, sp := range importSpaces {
 		for {
 			var ops []kv.Op
-			err := scanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1024}, func(p kv.Pair) error {
-				if sp == coder.SpaceMeta && bytes.Equal(p.Key, coder.MetaKey(metaImport)) {
+			err := mvcc.ScanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1024}, func(p kv.Pair) error {
+				if sp == coder.SpaceMeta && bytes.Equal(p.Key, mvcc.ImportRecordKey()) {
 					return nil // removed last: it says the wipe is unfinished
 				}
 				ops = append(ops, kv.Delete(p.Key))
 				return nil
 			})
 			if err != nil {
-				return storageErr("wipe unfinished import", err)
+				return mvcc.StorageError("wipe unfinished import", err)
 			}
 			if len(ops) == 0 {
 				break
 			}
 			if err := s.Commit(ctx, ops); err != nil {
-				return storageErr("wipe unfinished import", err)
+				return mvcc.StorageError("wipe unfinished import", err)
 			}
 		}
 	}
@@ -254,7 +255,7 @@ func (im *Importer) loadResumeState(ctx context.Context) error {
 		return err
 	}
 	im.logNext = max(last+1, im.firstLogged())
-	return scanAll(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
+	return mvcc.ScanAll(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
 		id, err := coder.DecodeLeaseKey(p.Key)
 		if err != nil {
 			return err
@@ -308,11 +309,12 @@ func (im *Importer) Finish(ctx context.Context, opts FinishOptions) error {
 		return err
 	}
 	if opts.CompactRev > 0 {
-		im.add(kv.Put(coder.MetaKey(metaCompact), compactRecord(opts.CompactRev, im.record.CompactRev)))
+		p := mvcc.CompactRecord(opts.CompactRev, im.record.CompactRev)
+		im.add(kv.Put(p.Key, p.Value))
 	}
-	im.add(kv.Delete(coder.MetaKey(metaImport)))
+	im.add(mvcc.ClearImportRecordOp())
 	if err := im.store.Commit(ctx, im.ops); err != nil {
-		return storageErr("finish import", err)
+		return mvcc.StorageError("finish import", err)
 	}
 	im.ops = nil
 	return nil
@@ -322,7 +324,7 @@ func (im *Importer) Finish(ctx context.Context, opts FinishOptions) error {
 // dropped after their keys were imported.
 func (im *Importer) dropDanglingLeaseIndex(ctx context.Context) error {
 	var ops []kv.Op
-	err := scanAll(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
+	err := mvcc.ScanAll(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
 		id, _, err := coder.DecodeLeaseIndexKey(p.Key)
 		if err != nil {
 			return err
@@ -333,12 +335,12 @@ func (im *Importer) dropDanglingLeaseIndex(ctx context.Context) error {
 		return nil
 	})
 	if err != nil {
-		return storageErr("scan lease index", err)
+		return mvcc.StorageError("scan lease index", err)
 	}
 	for len(ops) > 0 {
 		n := min(len(ops), 1024)
 		if err := im.store.Commit(ctx, ops[:n]); err != nil {
-			return storageErr("drop lease index", err)
+			return mvcc.StorageError("drop lease index", err)
 		}
 		ops = ops[n:]
 	}

@@ -1,15 +1,15 @@
-package mvcc
+package transfer
 
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
 
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
 )
@@ -52,7 +52,7 @@ type BulkImportOptions struct {
 	Loader kv.BulkLoader
 	Logger *slog.Logger
 	// Record is the import record, the load's marker.
-	Record ImportRecord
+	Record mvcc.ImportRecord
 	Leases []ImportLease
 	// Rows yields the versions in revision order. It is called once,
 	// before anything is loaded.
@@ -105,13 +105,13 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 		return 0, fmt.Errorf("mvcc: import: finishing at revision %d below the last imported revision %d", fin.Rev, last)
 	}
 
-	raw, err := json.Marshal(opts.Record)
+	marker, err := mvcc.ImportRecordOp(opts.Record)
 	if err != nil {
 		return 0, err
 	}
-	load, err := opts.Loader.BulkLoad(ctx, kv.Pair{Key: coder.MetaKey(metaImport), Value: raw})
+	load, err := opts.Loader.BulkLoad(ctx, kv.Pair{Key: marker.Key, Value: marker.Value})
 	if err != nil {
-		return 0, storageErr("start the load", err)
+		return 0, mvcc.StorageError("start the load", err)
 	}
 	defer load.Abort()
 	out := &loadWriter{ctx: ctx, load: load}
@@ -135,7 +135,7 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 			historyKey = coder.AppendObjectKey(historyKey[:0], key, rev)
 			return out.put(streamHistory, historyKey, record)
 		},
-		change: func(main, sub int64, c *Change) error {
+		change: func(main, sub int64, c *mvcc.Change) error {
 			// A change travels through the sort as an Entry: its
 			// revision, key and deletion as such, prevRev as
 			// CreateRevision and the superseded record as Value.
@@ -180,7 +180,7 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 		return 0, fmt.Errorf("mvcc: import: %w", err)
 	}
 	if err := load.Finish(ctx); err != nil {
-		return 0, storageErr("finish the load", err)
+		return 0, mvcc.StorageError("finish the load", err)
 	}
 	return n, nil
 }
@@ -189,7 +189,7 @@ func BulkImport(ctx context.Context, opts BulkImportOptions) (int64, error) {
 // unfinished import, as NewImporter does; one holding an unfinished import
 // of kind is the loader's to replace.
 func checkBulkTarget(ctx context.Context, s kv.Store, kind string, log *slog.Logger) error {
-	prev, err := ReadImportRecord(ctx, s)
+	prev, err := mvcc.ReadImportRecord(ctx, s)
 	switch {
 	case err != nil:
 		return err
@@ -242,17 +242,17 @@ func loadChangeLog(ctx context.Context, out *loadWriter, changes *etcdfmt.Sorter
 	next := firstLogged // the next revision without a record
 	var (
 		cur   int64
-		group []Change
+		group []mvcc.Change
 		arena []byte
 	)
 	emit := func(upTo int64) error {
 		for ; next < upTo; next++ {
-			var cs []Change
+			var cs []mvcc.Change
 			if next == cur {
 				cs = group
 			}
 			out.key = coder.AppendEventKey(out.key[:0], next)
-			out.value = appendChanges(out.value[:0], cs)
+			out.value = mvcc.AppendChanges(out.value[:0], cs)
 			if err := out.put(streamChangeLog, out.key, out.value); err != nil {
 				return err
 			}
@@ -271,7 +271,7 @@ func loadChangeLog(ctx context.Context, out *loadWriter, changes *etcdfmt.Sorter
 		start := len(arena)
 		arena = append(arena, e.KV.Key...)
 		arena = append(arena, e.KV.Value...)
-		group = append(group, Change{Deleted: e.Tombstone, PrevRev: e.KV.CreateRevision})
+		group = append(group, mvcc.Change{Deleted: e.Tombstone, PrevRev: e.KV.CreateRevision})
 		c := &group[len(group)-1]
 		c.Key = arena[start : start+len(e.KV.Key) : start+len(e.KV.Key)]
 		if len(e.KV.Value) > 0 {
@@ -288,7 +288,7 @@ func loadChangeLog(ctx context.Context, out *loadWriter, changes *etcdfmt.Sorter
 func leasePairs(leases []ImportLease) []kv.Pair {
 	ps := make([]kv.Pair, 0, len(leases))
 	for _, l := range leases {
-		ps = append(ps, kv.Pair{Key: coder.LeaseKey(l.ID), Value: encodeLease(l.TTL)})
+		ps = append(ps, kv.Pair{Key: coder.LeaseKey(l.ID), Value: mvcc.LeaseRecord(l.TTL)})
 	}
 	return ps
 }
@@ -297,10 +297,10 @@ func leasePairs(leases []ImportLease) []kv.Pair {
 func metaPairs(opts BulkImportOptions, fin FinishOptions) ([]kv.Pair, error) {
 	ps := slices.Clone(opts.Meta)
 	if fin.CompactRev > 0 {
-		ps = append(ps, kv.Pair{Key: coder.MetaKey(metaCompact), Value: compactRecord(fin.CompactRev, opts.Record.CompactRev)})
+		ps = append(ps, mvcc.CompactRecord(fin.CompactRev, opts.Record.CompactRev))
 	}
 	for _, p := range ps {
-		if !bytes.HasPrefix(p.Key, coder.Prefix(coder.SpaceMeta)) || bytes.Equal(p.Key, coder.MetaKey(metaImport)) {
+		if !bytes.HasPrefix(p.Key, coder.Prefix(coder.SpaceMeta)) || bytes.Equal(p.Key, mvcc.ImportRecordKey()) {
 			return nil, fmt.Errorf("key %q is not a meta record the import may write", p.Key)
 		}
 	}
@@ -330,7 +330,7 @@ type loadWriter struct {
 func (w *loadWriter) put(stream int, key, value []byte) error {
 	w.one[0] = kv.Pair{Key: key, Value: value}
 	if err := w.load.AddTo(w.ctx, stream, w.one[:]); err != nil {
-		return storageErr("load", err)
+		return mvcc.StorageError("load", err)
 	}
 	return nil
 }

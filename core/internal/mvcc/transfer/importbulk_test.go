@@ -1,4 +1,4 @@
-package mvcc
+package transfer
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/plugins/memkv"
@@ -19,12 +20,12 @@ type exported struct {
 	entries []etcdfmt.Entry
 }
 
-func export(t *testing.T, src *Backend) exported {
+func export(t *testing.T, src *mvcc.Backend) exported {
 	t.Helper()
 	ctx := context.Background()
 	sorter := etcdfmt.NewSorter(t.TempDir(), 0)
 	defer sorter.Close()
-	info, err := src.Export(ctx, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
+	info, err := Export(ctx, src, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func (x exported) bulkOptions(t *testing.T, dst kv.Store, loader kv.BulkLoader) 
 	return BulkImportOptions{
 		Store:  dst,
 		Loader: loader,
-		Record: ImportRecord{Kind: "restore", Source: t.Name(), CompactRev: x.info.CompactRev},
+		Record: mvcc.ImportRecord{Kind: "restore", Source: t.Name(), CompactRev: x.info.CompactRev},
 		Leases: leases,
 		Rows: func(yield func(*etcdfmt.Entry) error) error {
 			for i := range x.entries {
@@ -70,7 +71,7 @@ func (x exported) bulkOptions(t *testing.T, dst kv.Store, loader kv.BulkLoader) 
 func dump(t *testing.T, s kv.Store) []kv.Pair {
 	t.Helper()
 	var ps []kv.Pair
-	if err := scanAll(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
+	if err := mvcc.ScanAll(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
 		ps = append(ps, p)
 		return nil
 	}); err != nil {
@@ -138,7 +139,7 @@ func TestBulkImportRefuses(t *testing.T) {
 	samePairs(t, before, dump(t, used))
 
 	migrating := memkv.New()
-	if err := Unfinish(ctx, migrating, ImportRecord{Kind: "migrate", Source: "etcd"}); err != nil {
+	if err := Unfinish(ctx, migrating, mvcc.ImportRecord{Kind: "migrate", Source: "etcd"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := BulkImport(ctx, x.bulkOptions(t, migrating, kv.BulkLoaderOf(migrating, 0))); !errors.Is(err, ErrNotEmpty) {
@@ -162,8 +163,8 @@ func TestBulkImportInterrupted(t *testing.T) {
 	if _, err := BulkImport(ctx, x.bulkOptions(t, faulty, kv.BulkLoaderOf(faulty, 1<<10))); !errors.Is(err, boom) {
 		t.Fatalf("interrupted bulk import: %v, want the injected error", err)
 	}
-	if _, err := Open(ctx, Options{Store: base}); !errors.Is(err, ErrImportUnfinished) {
-		t.Fatalf("Open of a half-loaded store: %v, want ErrImportUnfinished", err)
+	if _, err := mvcc.Open(ctx, mvcc.Options{Store: base}); !errors.Is(err, mvcc.ErrImportUnfinished) {
+		t.Fatalf("Open of a half-loaded store: %v, want mvcc.ErrImportUnfinished", err)
 	}
 	if _, err := BulkImport(ctx, x.bulkOptions(t, base, kv.BulkLoaderOf(base, 1<<10))); err != nil {
 		t.Fatalf("restore over the interrupted one: %v", err)
@@ -191,7 +192,7 @@ func TestBulkImportSameKeyTwiceInOneRevision(t *testing.T) {
 	x := exported{info: ExportInfo{Rev: 7}, entries: entries}
 
 	ref := memkv.New()
-	im, err := NewImporter(ctx, ImportOptions{Store: ref, Record: ImportRecord{Kind: "restore", Source: t.Name()}})
+	im, err := NewImporter(ctx, ImportOptions{Store: ref, Record: mvcc.ImportRecord{Kind: "restore", Source: t.Name()}})
 	if err != nil {
 		t.Fatal(err)
 	}

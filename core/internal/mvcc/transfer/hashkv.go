@@ -1,10 +1,11 @@
-package mvcc
+package transfer
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
 // KVHash is the answer of HashKV, with etcd's fields.
@@ -23,20 +24,20 @@ type KVHash struct {
 // same history, and between Engram nodes. It reads every version the store
 // keeps, in revision order, sorted with bounded memory (spilling to
 // Options.TempDir).
-func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
+func HashKV(ctx context.Context, b *mvcc.Backend, rev int64) (KVHash, error) {
 	if rev < 0 {
 		// etcd hashes no row above a negative revision and answers
 		// with the hash of the bucket name alone; so does Engram.
-		cur, compact, err := b.readRevisions(ctx)
+		cur, compact, err := b.Revisions(ctx)
 		if err != nil {
 			return KVHash{}, err
 		}
-		return KVHash{Hash: etcdfmt.NewHasher().Sum(), Rev: rev, CurrentRev: cur, CompactRev: b.etcdCompactRev(compact)}, nil
+		return KVHash{Hash: etcdfmt.NewHasher().Sum(), Rev: rev, CurrentRev: cur, CompactRev: b.EtcdCompactRev(compact)}, nil
 	}
-	sorter := etcdfmt.NewSorter(b.tempDir, 0)
+	sorter := etcdfmt.NewSorter(b.TempDir(), 0)
 	defer sorter.Close()
 	live := 0
-	info, err := b.Export(ctx, rev, func(e *etcdfmt.Entry) error {
+	info, err := Export(ctx, b, rev, func(e *etcdfmt.Entry) error {
 		if e.Latest && !e.Tombstone {
 			live++
 		}
@@ -45,7 +46,7 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 	if err != nil {
 		return KVHash{}, err
 	}
-	compact := b.etcdCompactRev(info.CompactRev)
+	compact := b.EtcdCompactRev(info.CompactRev)
 	h := etcdfmt.NewHasher()
 	err = sorter.Each(ctx, func(e *etcdfmt.Entry) error {
 		if etcdfmt.Hashed(e, compact, info.Rev, e.Latest && !e.Tombstone, live == 0) {
@@ -57,13 +58,4 @@ func (b *Backend) HashKV(ctx context.Context, rev int64) (KVHash, error) {
 		return KVHash{}, fmt.Errorf("mvcc: hashkv: %w", err)
 	}
 	return KVHash{Hash: h.Sum(), Rev: info.Rev, CurrentRev: info.CurrentRev, CompactRev: compact}, nil
-}
-
-// etcdCompactRev is the compacted revision as etcd reports it: -1 for a
-// store never compacted, 0 for one compacted at 0.
-func (b *Backend) etcdCompactRev(rev int64) int64 {
-	if rev == 0 && !b.compacted.Load() {
-		return -1
-	}
-	return rev
 }

@@ -1,13 +1,13 @@
-package mvcc
+package transfer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
 )
@@ -28,7 +28,7 @@ func (im *Importer) Lease(id, ttl int64) error {
 		return fmt.Errorf("mvcc: import: lease %x has TTL %d", id, ttl)
 	}
 	im.leases[id] = true
-	im.add(kv.Put(coder.LeaseKey(id), encodeLease(ttl)))
+	im.add(kv.Put(coder.LeaseKey(id), mvcc.LeaseRecord(ttl)))
 	return nil
 }
 
@@ -73,7 +73,7 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 	if err != nil {
 		return err
 	}
-	h := Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
+	h := mvcc.Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
 	if !e.Tombstone {
 		h.CreateRev, h.Version, h.Lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
 		if h.Version == 0 {
@@ -90,7 +90,7 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 		// every event of the key in this revision.
 		s.stagedRev, s.before, s.change = r.Main, 0, -1
 		if s.exists {
-			im.add(kv.Put(coder.ObjectKey(key, s.cur.ModRev), encodeObject(s.cur, s.value)))
+			im.add(kv.Put(coder.ObjectKey(key, s.cur.ModRev), mvcc.EncodeVersion(s.cur, s.value)))
 			if !s.cur.Tombstone {
 				s.before = s.cur.ModRev
 			}
@@ -100,15 +100,15 @@ func (im *Importer) Add(ctx context.Context, e *etcdfmt.Entry) error {
 		// both under their sub revisions): history keeps only the
 		// revision's last version, so the superseded put's change
 		// keeps it, as the writer does (group.go, stageVersion).
-		im.changes[s.change].Superseded = encodeObject(s.cur, s.value)
+		im.changes[s.change].Superseded = mvcc.EncodeVersion(s.cur, s.value)
 	}
 	value := e.KV.Value
 	if e.Tombstone {
 		value = nil
 	}
-	im.add(kv.Put(coder.RevisionKey(key), encodeObject(h, value)))
+	im.add(kv.Put(coder.RevisionKey(key), mvcc.EncodeVersion(h, value)))
 	if r.Main >= im.firstLogged() {
-		c := Change{Deleted: e.Tombstone, Key: append([]byte(nil), key...)}
+		c := mvcc.Change{Deleted: e.Tombstone, Key: append([]byte(nil), key...)}
 		// A put that creates the key has no previous version.
 		if e.Tombstone || h.Version > 1 {
 			c.PrevRev = s.before
@@ -147,9 +147,9 @@ func (im *Importer) state(ctx context.Context, key []byte) (*importKey, error) {
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
 	case err != nil:
-		return nil, storageErr("read revision key", err)
+		return nil, mvcc.StorageError("read revision key", err)
 	default:
-		h, val, err := decodeHeader(raw)
+		h, val, err := mvcc.DecodeVersion(raw)
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +160,7 @@ func (im *Importer) state(ctx context.Context, key []byte) (*importKey, error) {
 			case err == nil:
 				s.leaseW = true
 			case !errors.Is(err, kv.ErrNotFound):
-				return nil, storageErr("read lease index", err)
+				return nil, mvcc.StorageError("read lease index", err)
 			}
 		}
 	}
@@ -186,7 +186,7 @@ func (im *Importer) endRevision(ctx context.Context) error {
 	}
 	im.open = false
 	if im.cur >= im.firstLogged() {
-		im.add(kv.Put(coder.EventKey(im.cur), encodeChanges(im.changes)))
+		im.add(kv.Put(coder.EventKey(im.cur), mvcc.EncodeChanges(im.changes)))
 		im.logNext = im.cur + 1
 	}
 	im.changes = im.changes[:0]
@@ -205,7 +205,7 @@ func (im *Importer) fillLog(ctx context.Context, rev int64) error {
 		im.logNext = im.firstLogged()
 	}
 	for r := im.logNext; r <= rev; r++ {
-		im.add(kv.Put(coder.EventKey(r), encodeChanges(nil)))
+		im.add(kv.Put(coder.EventKey(r), mvcc.EncodeChanges(nil)))
 		im.logNext = r + 1
 		if im.size >= im.maxBytes {
 			im.record.Applied = max(im.record.Applied, r)
@@ -245,13 +245,13 @@ func (im *Importer) Flush(ctx context.Context) error {
 }
 
 func (im *Importer) flush(ctx context.Context) error {
-	raw, err := json.Marshal(im.record)
+	op, err := mvcc.ImportRecordOp(im.record)
 	if err != nil {
 		return err
 	}
-	im.add(kv.Put(coder.MetaKey(metaImport), raw))
+	im.add(op)
 	if err := im.store.Commit(ctx, im.ops); err != nil {
-		return storageErr(fmt.Sprintf("import up to revision %d", im.record.Applied), err)
+		return mvcc.StorageError(fmt.Sprintf("import up to revision %d", im.record.Applied), err)
 	}
 	im.ops, im.size = im.ops[:0], 0
 	clear(im.opIndex)

@@ -1,4 +1,4 @@
-package mvcc
+package transfer
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/coder"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/tso"
 	"github.com/engramkv/engram/core/kv"
 )
@@ -34,25 +35,22 @@ import (
 // what it reads, and it reads the latest records before history, so a
 // version that a concurrent write moves into history is seen in one place or
 // both (and deduplicated), never in neither.
-func (b *Backend) Export(ctx context.Context, rev int64, fn func(*etcdfmt.Entry) error) (ExportInfo, error) {
-	if b.closed.Load() {
-		return ExportInfo{}, ErrClosed
-	}
-	cur, compact, unpin, err := b.pinCompacted(ctx)
+func Export(ctx context.Context, b *mvcc.Backend, rev int64, fn func(*etcdfmt.Entry) error) (ExportInfo, error) {
+	cur, compact, unpin, err := b.PinHistory(ctx)
 	if err != nil {
 		return ExportInfo{}, err
 	}
 	defer unpin()
 	if rev > cur {
-		return ExportInfo{}, ErrFutureRev
+		return ExportInfo{}, mvcc.ErrFutureRev
 	}
 	if rev <= 0 {
 		rev = cur
 	}
 	if rev < compact {
-		return ExportInfo{}, ErrCompacted
+		return ExportInfo{}, mvcc.ErrCompacted
 	}
-	x := exporter{b: b, rev: rev, compact: compact, fn: fn}
+	x := exporter{records: b.Records(), rev: rev, compact: compact, fn: fn}
 	if err := x.deletesAtCompact(ctx); err != nil {
 		return ExportInfo{}, err
 	}
@@ -62,7 +60,7 @@ func (b *Backend) Export(ctx context.Context, rev int64, fn func(*etcdfmt.Entry)
 	if err := x.superseded(ctx); err != nil {
 		return ExportInfo{}, err
 	}
-	leases, err := b.storedLeases(ctx)
+	leases, err := b.StoredLeases(ctx)
 	if err != nil {
 		return ExportInfo{}, err
 	}
@@ -80,24 +78,8 @@ type ExportInfo struct {
 	Leases []etcdfmt.Lease
 }
 
-// pinCompacted pins the compacted revision for a read of all history that
-// compaction keeps, retrying if a compaction moves it meanwhile.
-func (b *Backend) pinCompacted(ctx context.Context) (cur, compact int64, unpin func(), err error) {
-	for {
-		cur, compact, err = b.readRevisions(ctx)
-		if err != nil {
-			return 0, 0, nil, err
-		}
-		unpin, err = b.pin(compact)
-		if errors.Is(err, ErrCompacted) {
-			continue
-		}
-		return cur, compact, unpin, err
-	}
-}
-
 type exporter struct {
-	b            *Backend
+	records      mvcc.RecordReader
 	rev, compact int64
 	fn           func(*etcdfmt.Entry) error
 	row          etcdfmt.Entry
@@ -122,14 +104,14 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 	if x.compact <= 1 {
 		return nil
 	}
-	raw, err := x.b.store.Get(ctx, coder.EventKey(x.compact))
+	raw, err := x.records.Get(ctx, coder.EventKey(x.compact))
 	if errors.Is(err, kv.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return storageErr("read change log", err)
+		return mvcc.StorageError("read change log", err)
 	}
-	cs, err := decodeChanges(raw)
+	cs, err := mvcc.DecodeChanges(raw)
 	if err != nil {
 		return err
 	}
@@ -151,7 +133,7 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 			// has it.
 			if h, ok, err := x.storedAt(ctx, c.Key); err != nil {
 				return err
-			} else if ok && h.Sub != subUnknown {
+			} else if ok && h.Sub != mvcc.SubUnknown {
 				sub = h.Sub
 			}
 		}
@@ -167,21 +149,21 @@ func (x *exporter) deletesAtCompact(ctx context.Context) error {
 // storedAt returns the header of key's version at the compacted revision,
 // if the store still holds it (the revision key of a deleted key may have
 // been cleaned up).
-func (x *exporter) storedAt(ctx context.Context, key []byte) (Version, bool, error) {
-	raw, err := x.b.store.Get(ctx, coder.ObjectKey(key, x.compact))
+func (x *exporter) storedAt(ctx context.Context, key []byte) (mvcc.Version, bool, error) {
+	raw, err := x.records.Get(ctx, coder.ObjectKey(key, x.compact))
 	inHistory := err == nil
 	if errors.Is(err, kv.ErrNotFound) {
-		raw, err = x.b.store.Get(ctx, coder.RevisionKey(key))
+		raw, err = x.records.Get(ctx, coder.RevisionKey(key))
 	}
 	if errors.Is(err, kv.ErrNotFound) {
-		return Version{}, false, nil
+		return mvcc.Version{}, false, nil
 	}
 	if err != nil {
-		return Version{}, false, storageErr(fmt.Sprintf("get %q@%d", key, x.compact), err)
+		return mvcc.Version{}, false, mvcc.StorageError(fmt.Sprintf("get %q@%d", key, x.compact), err)
 	}
-	h, _, err := decodeHeader(raw)
+	h, _, err := mvcc.DecodeVersion(raw)
 	if err != nil {
-		return Version{}, false, err
+		return mvcc.Version{}, false, err
 	}
 	// The object key names its version's revision; the revision key may
 	// hold a later one.
@@ -200,16 +182,16 @@ func (x *exporter) superseded(ctx context.Context) error {
 	if from > x.rev {
 		return nil
 	}
-	it, err := x.b.store.Scan(ctx, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(x.rev + 1), BatchSize: 256})
+	it, err := x.records.Scan(ctx, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(x.rev + 1), BatchSize: 256})
 	if err != nil {
-		return storageErr("scan change log", err)
+		return mvcc.StorageError("scan change log", err)
 	}
 	defer it.Close()
 	last := map[string]int{}
 	for {
 		batch, err := it.Next(ctx)
 		if err != nil {
-			return storageErr("scan change log", err)
+			return mvcc.StorageError("scan change log", err)
 		}
 		if len(batch) == 0 {
 			return nil
@@ -221,13 +203,13 @@ func (x *exporter) superseded(ctx context.Context) error {
 			}
 			// Most revisions change one key: counted, not decoded (a
 			// decode allocated for every revision of a snapshot).
-			if n, _, err := changeCount(p.Value); err != nil || n < 2 {
+			if n, err := mvcc.ChangeCount(p.Value); err != nil || n < 2 {
 				if err != nil {
 					return err
 				}
 				continue
 			}
-			cs, err := decodeChanges(p.Value)
+			cs, err := mvcc.DecodeChanges(p.Value)
 			if err != nil {
 				return err
 			}
@@ -252,7 +234,7 @@ func (x *exporter) superseded(ctx context.Context) error {
 
 // supersededRow exports change c, number sub of revision rev, that a later
 // change of its key in the same revision superseded.
-func (x *exporter) supersededRow(rev, sub int64, c Change) error {
+func (x *exporter) supersededRow(rev, sub int64, c mvcc.Change) error {
 	x.row = etcdfmt.Entry{Rev: etcdfmt.Revision{Main: rev, Sub: sub}, Tombstone: c.Deleted}
 	x.row.KV.Key, x.row.KV.ModRevision = c.Key, rev
 	if !c.Deleted {
@@ -262,7 +244,7 @@ func (x *exporter) supersededRow(rev, sub int64, c Change) error {
 			// omits it as it always did.
 			return nil
 		}
-		h, val, err := decodeHeader(c.Superseded)
+		h, val, err := mvcc.DecodeVersion(c.Superseded)
 		if err != nil {
 			return err
 		}
@@ -274,12 +256,12 @@ func (x *exporter) supersededRow(rev, sub int64, c Change) error {
 // keys walks the latest records and history side by side, key by key. The
 // latest records' snapshot is taken first (see Export).
 func (x *exporter) keys(ctx context.Context) error {
-	latest, err := openCursor(ctx, x.b.store, coder.SpaceRevision)
+	latest, err := openCursor(ctx, x.records, coder.SpaceRevision)
 	if err != nil {
 		return err
 	}
 	defer latest.close()
-	hist, err := openCursor(ctx, x.b.store, coder.SpaceObject)
+	hist, err := openCursor(ctx, x.records, coder.SpaceObject)
 	if err != nil {
 		return err
 	}
@@ -384,19 +366,19 @@ func (x *exporter) key(ctx context.Context, key []byte, versions []version) erro
 // revisions were recorded take it from the change log, which still holds
 // every revision from the compacted one on; older ones are taken as 0 (a
 // collision then shows up as a duplicate revision when the rows are sorted).
-func (x *exporter) sub(ctx context.Context, key []byte, h Version) (int64, error) {
-	if h.Sub != subUnknown {
+func (x *exporter) sub(ctx context.Context, key []byte, h mvcc.Version) (int64, error) {
+	if h.Sub != mvcc.SubUnknown {
 		return h.Sub, nil
 	}
 	if h.ModRev < x.compact {
 		return 0, nil
 	}
 	if x.subsRev != h.ModRev {
-		raw, err := x.b.store.Get(ctx, coder.EventKey(h.ModRev))
+		raw, err := x.records.Get(ctx, coder.EventKey(h.ModRev))
 		if err != nil {
-			return 0, storageErr(fmt.Sprintf("read change log at %d", h.ModRev), err)
+			return 0, mvcc.StorageError(fmt.Sprintf("read change log at %d", h.ModRev), err)
 		}
-		cs, err := decodeChanges(raw)
+		cs, err := mvcc.DecodeChanges(raw)
 		if err != nil {
 			return 0, err
 		}
@@ -410,7 +392,7 @@ func (x *exporter) sub(ctx context.Context, key []byte, h Version) (int64, error
 
 // version is one decoded version record.
 type version struct {
-	hdr   Version
+	hdr   mvcc.Version
 	value []byte
 }
 
@@ -429,10 +411,10 @@ type cursor struct {
 	decoded bool
 }
 
-func openCursor(ctx context.Context, s kv.Store, space coder.Space) (*cursor, error) {
+func openCursor(ctx context.Context, s mvcc.RecordReader, space coder.Space) (*cursor, error) {
 	it, err := s.Scan(ctx, kv.ScanOptions{Start: coder.Prefix(space), End: coder.SpaceEnd(space), BatchSize: 1024})
 	if err != nil {
-		return nil, storageErr("scan", err)
+		return nil, mvcc.StorageError("scan", err)
 	}
 	return &cursor{space: space, it: it}, nil
 }
@@ -444,7 +426,7 @@ func (c *cursor) peekKey(ctx context.Context) ([]byte, bool, error) {
 	for !c.done && c.pos >= len(c.batch) {
 		b, err := c.it.Next(ctx)
 		if err != nil {
-			return nil, false, storageErr("scan", err)
+			return nil, false, mvcc.StorageError("scan", err)
 		}
 		c.batch, c.pos, c.decoded = b, 0, false
 		c.done = len(b) == 0
@@ -473,7 +455,7 @@ func (c *cursor) takeVersion() (version, error) {
 	p := c.batch[c.pos]
 	c.pos++
 	c.decoded = false
-	h, val, err := decodeHeader(p.Value)
+	h, val, err := mvcc.DecodeVersion(p.Value)
 	if err != nil {
 		return version{}, err
 	}

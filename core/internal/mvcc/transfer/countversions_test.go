@@ -1,4 +1,4 @@
-package mvcc
+package transfer
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/plugins/memkv"
 )
 
@@ -24,7 +25,7 @@ func TestImportCountVersions(t *testing.T) {
 		return e
 	}
 
-	strict, err := NewImporter(ctx, ImportOptions{Store: memkv.New(), Record: ImportRecord{Kind: "migrate", Source: "kine"}})
+	strict, err := NewImporter(ctx, ImportOptions{Store: memkv.New(), Record: mvcc.ImportRecord{Kind: "migrate", Source: "kine"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func TestImportCountVersions(t *testing.T) {
 	}
 
 	store := memkv.New()
-	im, err := NewImporter(ctx, ImportOptions{Store: store, Record: ImportRecord{Kind: "migrate", Source: "kine"}, CountVersions: true})
+	im, err := NewImporter(ctx, ImportOptions{Store: store, Record: mvcc.ImportRecord{Kind: "migrate", Source: "kine"}, CountVersions: true})
 	if err != nil {
 		t.Fatal(err)
 	}

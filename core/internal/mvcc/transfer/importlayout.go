@@ -1,10 +1,11 @@
-package mvcc
+package transfer
 
 import (
 	"bytes"
 	"context"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 )
 
 // keyLayout derives the records of an imported history from its versions
@@ -24,19 +25,19 @@ type keyLayout struct {
 
 	latest     func(key, record []byte) error
 	history    func(key []byte, rev int64, record []byte) error
-	change     func(main, sub int64, c *Change) error
+	change     func(main, sub int64, c *mvcc.Change) error
 	leaseIndex func(lease int64, key []byte) error
 
 	key    []byte
 	exists bool
-	cur    Version
+	cur    mvcc.Version
 	value  []byte
 	// stagedRev is the main revision of the key's last version; before the
 	// revision of its live version before stagedRev (0: none).
 	stagedRev, before int64
 	// pending is the change of the key's last version, held back because a
 	// later version in the same revision may supersede it.
-	pending         Change
+	pending         mvcc.Change
 	pendingRev      etcdfmt.Revision
 	hasPending      bool
 	record, scratch []byte
@@ -91,7 +92,7 @@ func (l *keyLayout) version(e *etcdfmt.Entry) error {
 		l.scratch = append(l.scratch[:0], l.encode()...)
 		l.pending.Superseded = l.scratch
 	}
-	h := Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
+	h := mvcc.Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
 	if !e.Tombstone {
 		h.CreateRev, h.Version, h.Lease = e.KV.CreateRevision, e.KV.Version, e.KV.Lease
 	}
@@ -99,7 +100,7 @@ func (l *keyLayout) version(e *etcdfmt.Entry) error {
 		if err := l.flushChange(); err != nil {
 			return err
 		}
-		l.pending = Change{Deleted: e.Tombstone, Key: l.key}
+		l.pending = mvcc.Change{Deleted: e.Tombstone, Key: l.key}
 		if e.Tombstone || h.Version > 1 {
 			l.pending.PrevRev = l.before
 		}
@@ -143,6 +144,6 @@ func (l *keyLayout) flushChange() error {
 // encode returns the version record of the key's current version, in a
 // buffer the next call reuses.
 func (l *keyLayout) encode() []byte {
-	l.record = append(appendHeader(l.record[:0], l.cur), l.value...)
+	l.record = mvcc.AppendVersion(l.record[:0], l.cur, l.value)
 	return l.record
 }

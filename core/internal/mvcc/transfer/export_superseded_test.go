@@ -1,4 +1,4 @@
-package mvcc
+package transfer
 
 import (
 	"context"
@@ -10,16 +10,17 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // exportedRows lists an export's rows in revision order as
 // "main/sub key value" ("main/sub key -" for a tombstone).
-func exportedRows(t *testing.T, b *Backend) []string {
+func exportedRows(t *testing.T, b *mvcc.Backend) []string {
 	t.Helper()
 	sorter := etcdfmt.NewSorter(t.TempDir(), 0)
 	defer sorter.Close()
-	if _, err := b.Export(context.Background(), 0, sorter.Add); err != nil {
+	if _, err := Export(context.Background(), b, 0, sorter.Add); err != nil {
 		t.Fatal(err)
 	}
 	var rows []string
@@ -68,19 +69,19 @@ func TestExportSupersededVersions(t *testing.T) {
 		"5/0 b/x 2@c5,v1", "5/1 b/x -",
 		"6/0 c/x 3@c6,v1",
 	}
-	check := func(what string, b *Backend, want []string) {
+	check := func(what string, b *mvcc.Backend, want []string) {
 		t.Helper()
 		if got := exportedRows(t, b); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("%s: export:\n%s\nwant:\n%s", what, strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	}
 	check("never compacted", src, want)
-	copyOf := func() *Backend {
+	copyOf := func() *mvcc.Backend {
 		s := memkv.New()
 		transfer(t, src, s, nil)
 		return open(t, s)
 	}
-	same := func(what string, dst *Backend, from int64) {
+	same := func(what string, dst *mvcc.Backend, from int64) {
 		t.Helper()
 		check(what+", copy", dst, exportedRows(t, src))
 		sameHashesAndEvents(t, what, src, dst, from)
@@ -99,15 +100,15 @@ func TestExportSupersededVersions(t *testing.T) {
 
 // sameHashesAndEvents fails t unless copy dst of src answers HashKV at every
 // revision from from on as src does and replays the same events from it.
-func sameHashesAndEvents(t *testing.T, what string, src, dst *Backend, from int64) {
+func sameHashesAndEvents(t *testing.T, what string, src, dst *mvcc.Backend, from int64) {
 	t.Helper()
 	ctx := context.Background()
 	for rev := from; rev <= src.Rev(); rev++ {
-		ha, err := src.HashKV(ctx, rev)
+		ha, err := HashKV(ctx, src, rev)
 		if err != nil {
 			t.Fatal(err)
 		}
-		hb, err := dst.HashKV(ctx, rev)
+		hb, err := HashKV(ctx, dst, rev)
 		if err != nil {
 			t.Fatal(err)
 		}

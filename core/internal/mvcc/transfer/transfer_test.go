@@ -1,4 +1,4 @@
-package mvcc
+package transfer
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/engramkv/engram/core/etcdfmt"
+	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/plugins/memkv"
 )
@@ -22,7 +23,7 @@ import (
 // deletes, re-creates, keys on leases and a revoked lease. It compacts at
 // the middle revision, so the export has sparse history below it, and
 // returns the compacted revision.
-func churn(t *testing.T, b *Backend, seed uint64, ops int) int64 {
+func churn(t *testing.T, b *mvcc.Backend, seed uint64, ops int) int64 {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, seed))
@@ -82,12 +83,12 @@ func churn(t *testing.T, b *Backend, seed uint64, ops int) int64 {
 
 // transfer exports src at its current revision into a fresh store through
 // the sorter, as restore does, keeping only keys with prefix.
-func transfer(t *testing.T, src *Backend, dst kv.Store, prefix []byte) {
+func transfer(t *testing.T, src *mvcc.Backend, dst kv.Store, prefix []byte) {
 	t.Helper()
 	ctx := context.Background()
 	sorter := etcdfmt.NewSorter(t.TempDir(), 4<<10) // small: force runs on disk
 	defer sorter.Close()
-	info, err := src.Export(ctx, 0, func(e *etcdfmt.Entry) error {
+	info, err := Export(ctx, src, 0, func(e *etcdfmt.Entry) error {
 		if !bytes.HasPrefix(e.KV.Key, prefix) {
 			return nil
 		}
@@ -96,7 +97,7 @@ func transfer(t *testing.T, src *Backend, dst kv.Store, prefix []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	im, err := NewImporter(ctx, ImportOptions{Store: dst, Record: ImportRecord{Kind: "restore", Source: t.Name(), CompactRev: info.CompactRev}, MaxBatchBytes: 2 << 10})
+	im, err := NewImporter(ctx, ImportOptions{Store: dst, Record: mvcc.ImportRecord{Kind: "restore", Source: t.Name(), CompactRev: info.CompactRev}, MaxBatchBytes: 2 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func transfer(t *testing.T, src *Backend, dst kv.Store, prefix []byte) {
 	}
 }
 
-func rangeAt(t *testing.T, b *Backend, prefix []byte, rev int64) []*mvccpb.KeyValue {
+func rangeAt(t *testing.T, b *mvcc.Backend, prefix []byte, rev int64) []*mvccpb.KeyValue {
 	t.Helper()
 	key, end := []byte{0}, []byte{0}
 	if len(prefix) > 0 {
@@ -221,12 +222,12 @@ func TestImportRefusesAndGuards(t *testing.T) {
 	used := memkv.New()
 	b := open(t, used)
 	put(t, b, "a", "1")
-	if _, err := NewImporter(ctx, ImportOptions{Store: used, Record: ImportRecord{Kind: "restore", Source: "x"}}); !errors.Is(err, ErrNotEmpty) {
+	if _, err := NewImporter(ctx, ImportOptions{Store: used, Record: mvcc.ImportRecord{Kind: "restore", Source: "x"}}); !errors.Is(err, ErrNotEmpty) {
 		t.Fatalf("import into a store with data: %v, want ErrNotEmpty", err)
 	}
 
 	half := memkv.New()
-	im, err := NewImporter(ctx, ImportOptions{Store: half, Record: ImportRecord{Kind: "restore", Source: "first"}})
+	im, err := NewImporter(ctx, ImportOptions{Store: half, Record: mvcc.ImportRecord{Kind: "restore", Source: "first"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,14 +239,14 @@ func TestImportRefusesAndGuards(t *testing.T) {
 	if err := im.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Open(ctx, Options{Store: half}); !errors.Is(err, ErrImportUnfinished) {
-		t.Fatalf("opening a half-imported store: %v, want ErrImportUnfinished", err)
+	if _, err := mvcc.Open(ctx, mvcc.Options{Store: half}); !errors.Is(err, mvcc.ErrImportUnfinished) {
+		t.Fatalf("opening a half-imported store: %v, want mvcc.ErrImportUnfinished", err)
 	}
-	if _, err := NewImporter(ctx, ImportOptions{Store: half, Record: ImportRecord{Kind: "migrate", Source: "y"}}); !errors.Is(err, ErrNotEmpty) {
+	if _, err := NewImporter(ctx, ImportOptions{Store: half, Record: mvcc.ImportRecord{Kind: "migrate", Source: "y"}}); !errors.Is(err, ErrNotEmpty) {
 		t.Fatalf("a migration over an unfinished restore: %v, want ErrNotEmpty", err)
 	}
 	// A restore again wipes the unfinished one.
-	im, err = NewImporter(ctx, ImportOptions{Store: half, Record: ImportRecord{Kind: "restore", Source: "second"}})
+	im, err = NewImporter(ctx, ImportOptions{Store: half, Record: mvcc.ImportRecord{Kind: "restore", Source: "second"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +265,7 @@ func TestImportRefusesAndGuards(t *testing.T) {
 
 	// Rows out of order are refused.
 	bad := memkv.New()
-	im, err = NewImporter(ctx, ImportOptions{Store: bad, Record: ImportRecord{Kind: "restore", Source: "z"}})
+	im, err = NewImporter(ctx, ImportOptions{Store: bad, Record: mvcc.ImportRecord{Kind: "restore", Source: "z"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestImportResume(t *testing.T) {
 	var rows []etcdfmt.Entry
 	sorter := etcdfmt.NewSorter(t.TempDir(), 0)
 	defer sorter.Close()
-	info, err := src.Export(ctx, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
+	info, err := Export(ctx, src, 0, func(e *etcdfmt.Entry) error { return sorter.Add(e) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +299,7 @@ func TestImportResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	dstStore := memkv.New()
-	rec := ImportRecord{Kind: "migrate", Source: "src", CompactRev: info.CompactRev}
+	rec := mvcc.ImportRecord{Kind: "migrate", Source: "src", CompactRev: info.CompactRev}
 	im, err := NewImporter(ctx, ImportOptions{Store: dstStore, Record: rec, Resume: true})
 	if err != nil {
 		t.Fatal(err)
@@ -338,8 +339,8 @@ func TestImportResume(t *testing.T) {
 	}
 	dst := open(t, dstStore)
 	for rev := info.CompactRev; rev <= info.Rev; rev++ {
-		ha, _ := src.HashKV(ctx, rev)
-		hb, _ := dst.HashKV(ctx, rev)
+		ha, _ := HashKV(ctx, src, rev)
+		hb, _ := HashKV(ctx, dst, rev)
 		if ha != hb {
 			t.Fatalf("HashKV at %d after a resumed import: %+v vs %+v", rev, ha, hb)
 		}
@@ -381,7 +382,7 @@ func TestExportConsistentUnderWrites(t *testing.T) {
 	}
 	rowsOf := func(rev int64) (map[etcdfmt.Revision]string, ExportInfo) {
 		rows := map[etcdfmt.Revision]string{}
-		info, err := b.Export(ctx, rev, func(e *etcdfmt.Entry) error {
+		info, err := Export(ctx, b, rev, func(e *etcdfmt.Entry) error {
 			if _, dup := rows[e.Rev]; dup {
 				t.Fatalf("revision %d/%d exported twice", e.Rev.Main, e.Rev.Sub)
 			}
@@ -447,7 +448,7 @@ func TestExportVersionMovedBetweenSnapshots(t *testing.T) {
 	rev := b.Rev()
 	hooked.hook = func() { put(t, b, "b", "2") } // moves b@3 into history
 	rows := map[etcdfmt.Revision]int{}
-	info, err := b.Export(ctx, 0, func(e *etcdfmt.Entry) error {
+	info, err := Export(ctx, b, 0, func(e *etcdfmt.Entry) error {
 		rows[e.Rev]++
 		return nil
 	})
