@@ -60,16 +60,8 @@ func needRange(r *pb.RangeRequest) func(auth.Checker, *auth.Info) error {
 	return func(c auth.Checker, ai *auth.Info) error { return c.IsRangePermitted(ai, r.Key, r.RangeEnd) }
 }
 
-func needPut(r *pb.PutRequest, keys leaseKeysFunc) func(auth.Checker, *auth.Info) error {
-	return func(c auth.Checker, ai *auth.Info) error { return checkPut(c, ai, keys, r) }
-}
-
 func needDelete(r *pb.DeleteRangeRequest) func(auth.Checker, *auth.Info) error {
 	return func(c auth.Checker, ai *auth.Info) error { return checkDelete(c, ai, r) }
-}
-
-func needTxn(r *pb.TxnRequest, keys leaseKeysFunc) func(auth.Checker, *auth.Info) error {
-	return func(c auth.Checker, ai *auth.Info) error { return checkTxn(c, ai, keys, r) }
 }
 
 // permitsPut and permitsTxn are checkPut and checkTxn with the lease keys

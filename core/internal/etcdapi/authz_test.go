@@ -207,3 +207,14 @@ func TestAdminCalls(t *testing.T) {
 		}
 	}
 }
+
+// needPut and needTxn give Put's and Txn's checks the shape of the other
+// requests' need functions, for the table above; the server calls them
+// through serveWrite (permitsPut, permitsTxn).
+func needPut(r *pb.PutRequest, keys leaseKeysFunc) func(auth.Checker, *auth.Info) error {
+	return func(c auth.Checker, ai *auth.Info) error { return checkPut(c, ai, keys, r) }
+}
+
+func needTxn(r *pb.TxnRequest, keys leaseKeysFunc) func(auth.Checker, *auth.Info) error {
+	return func(c auth.Checker, ai *auth.Info) error { return checkTxn(c, ai, keys, r) }
+}
