@@ -82,7 +82,7 @@ func TestStreamFallsBackOnEtcd36(t *testing.T) {
 
 	t.Run("WatchSync", func(t *testing.T) {
 		fixture.FreshFeatureSupport(t)
-		if got := initialEvents(t, e, pods); len(got) != pods {
+		if got := initialEvents(t, e, pods, nil); len(got) != pods {
 			t.Errorf("initial events: %q", got)
 		}
 		wantFallback(t)

@@ -19,6 +19,7 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 
+	"github.com/engramkv/engram/tests/k8s/internal/backend"
 	"github.com/engramkv/engram/tests/k8s/internal/fixture"
 )
 
@@ -165,18 +166,25 @@ func TestWatchSyncStreamMatchesPaginated(t *testing.T) {
 			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.EtcdRangeStream, rangeStream)
 			e.rpcs.Streams()
 			e.rpcs.Ranges("")
-			initial[rangeStream] = initialEvents(t, e, 20)
-			streams := e.rpcs.Streams()
-			if rangeStream {
+			var streams []backend.StreamCall
+			initial[rangeStream] = initialEvents(t, e, 20, func() {
+				if !rangeStream {
+					streams = e.rpcs.Streams()
+					return
+				}
 				// The watch hands out its initial events as the stream's
 				// chunks arrive, so the stream's end may be read after
-				// the 20th event.
+				// the 20th event; stopping the watch before then would
+				// cancel the stream.
 				ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
-				streams = append(streams, e.rpcs.WaitStreams(ctx, 1-len(streams))...)
+				streams = e.rpcs.WaitStreams(ctx, 1)
 				cancel()
-			}
+			})
 			if rangeStream && (len(streams) != 1 || streams[0].Err != nil || streams[0].Key != "/pods/") {
 				t.Errorf("want one RangeStream of /pods/ answered in full, got %+v", streams)
+			}
+			if !rangeStream && len(streams) > 0 {
+				t.Errorf("EtcdRangeStream off, yet the watch sent RangeStream requests: %+v", streams)
 			}
 			if ranges := e.rpcs.Ranges("/pods/"); rangeStream == (len(ranges) > 0) {
 				t.Errorf("unary Range requests for the pods: %q", ranges)
@@ -192,8 +200,9 @@ func TestWatchSyncStreamMatchesPaginated(t *testing.T) {
 }
 
 // initialEvents watches all pods from resourceVersion 0 and returns the
-// first n events as "TYPE key@rv", sorted.
-func initialEvents(t *testing.T, e *env, n int) []string {
+// first n events as "TYPE key@rv", sorted. beforeStop, if not nil, runs
+// after the n-th event while the watch is still open.
+func initialEvents(t *testing.T, e *env, n int, beforeStop func()) []string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(e.ctx, wait.ForeverTestTimeout)
 	defer cancel()
@@ -219,6 +228,9 @@ func initialEvents(t *testing.T, e *env, n int) []string {
 			// only a hang gets here.
 			t.Fatalf("after %d of %d initial events: %v", len(got), n, ctx.Err())
 		}
+	}
+	if beforeStop != nil {
+		beforeStop()
 	}
 	slices.Sort(got)
 	return got
