@@ -10,18 +10,18 @@ ARGS    ?=
 
 .PHONY: build run test soak bench bench-tools bench-quick bench-scale bench-churn bench-go bench-plugins lint clean plugins adaptors sdk-examples sdk-test etcd-tools bench-sql
 
-# The WebAssembly test plugins (testplugins/: memkv, faulty), built with the
-# Go SDK as WASI reactors into testplugins/bin/. They are fixtures: the
+# The WebAssembly test plugins (wasm/testplugins/: memkv, faulty), built with the
+# Go SDK as WASI reactors into wasm/testplugins/bin/. They are fixtures: the
 # host's tests, the Kubernetes suite's wasm backend, the benchmarks' wasm row
 # and `engram plugin verify` examples use them.
 WASM_PLUGINS ?= memkv faulty
 plugins:
 	@for p in $(WASM_PLUGINS); do \
-		echo "building testplugins/bin/$$p.wasm"; \
-		(cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/$$p.wasm ./$$p) || exit 1; \
+		echo "building wasm/testplugins/bin/$$p.wasm"; \
+		(cd wasm/testplugins && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o bin/$$p.wasm ./$$p) || exit 1; \
 	done
 
-# The storage adaptors Engram ships (adaptors/: postgres, mysql), built with
+# The storage adaptors Engram ships (wasm/adaptors/: postgres, mysql), built with
 # the Go SDK into bin/NAME.wasm beside bin/engram: the files an operator
 # deploys with storage.wasm.file. The first build compiles the database
 # drivers for wasm (about a minute).
@@ -29,11 +29,11 @@ ADAPTORS ?= postgres mysql
 adaptors:
 	@for p in $(ADAPTORS); do \
 		echo "building bin/$$p.wasm"; \
-		(cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o ../bin/$$p.wasm ./$$p) || exit 1; \
+		(cd wasm/adaptors && GOOS=wasip1 GOARCH=wasm $(GO) build -trimpath -buildmode=c-shared -o ../../bin/$$p.wasm ./$$p) || exit 1; \
 	done
 
-# The C and Rust SDKs' example adaptors (sdk/c: an ordered in-memory store
-# in C; sdk/rust: one on std's BTreeMap), built with Debian's clang for
+# The C and Rust SDKs' example adaptors (wasm/sdk/c: an ordered in-memory store
+# in C; wasm/sdk/rust: one on std's BTreeMap), built with Debian's clang for
 # wasm32-wasi and Debian's rustc (/usr/bin/rustc: a rustup toolchain earlier
 # on PATH may lack the wasm32 target) into bin/examples/. Not part of build:
 # `make run` must work on a machine without those toolchains. Where a
@@ -50,22 +50,22 @@ with_tools = if $(1); then $(4); \
 C_PACKAGES    = clang lld wasi-libc libclang-rt-dev-wasm32
 RUST_PACKAGES = rustc libstd-rust-dev-wasm32
 sdk-examples:
-	@$(call with_tools,$(C_WASM_TOOLS),the C SDK example,$(C_PACKAGES),$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples example)
-	@$(call with_tools,$(RUST_WASM_TOOLS),the Rust SDK example,$(RUST_PACKAGES),$(MAKE) -C sdk/rust RUSTC=$(RUSTC) OUT=$(CURDIR)/bin/examples example)
+	@$(call with_tools,$(C_WASM_TOOLS),the C SDK example,$(C_PACKAGES),$(MAKE) -C wasm/sdk/c OUT=$(CURDIR)/bin/examples example)
+	@$(call with_tools,$(RUST_WASM_TOOLS),the Rust SDK example,$(RUST_PACKAGES),$(MAKE) -C wasm/sdk/rust RUSTC=$(RUSTC) OUT=$(CURDIR)/bin/examples example)
 
 # The SDKs' own tests (golden vectors, dispatch) and the conformance suite
 # run by `engram plugin verify` on their examples.
 sdk-test: build sdk-examples
 	@$(call with_tools,$(C_WASM_TOOLS),the C SDK tests,$(C_PACKAGES),\
-		$(MAKE) -C sdk/c OUT=$(CURDIR)/bin/examples test && ./$(BIN) plugin verify bin/examples/memkv-c.wasm)
+		$(MAKE) -C wasm/sdk/c OUT=$(CURDIR)/bin/examples test && ./$(BIN) plugin verify bin/examples/memkv-c.wasm)
 	@$(call with_tools,$(RUST_WASM_TOOLS),the Rust SDK tests,$(RUST_PACKAGES),\
-		$(MAKE) -C sdk/rust RUSTC=$(RUSTC) OUT=$(CURDIR)/bin/examples test && ./$(BIN) plugin verify bin/examples/btree-rust.wasm)
+		$(MAKE) -C wasm/sdk/rust RUSTC=$(RUSTC) OUT=$(CURDIR)/bin/examples test && ./$(BIN) plugin verify bin/examples/btree-rust.wasm)
 
 # Per-call cost of each in-memory plugin (Go, C, Rust) through the host,
 # beside the native memkv: `engram plugin bench`. The database adaptors need
 # a database; the README shows how to bench them against yours.
 bench-plugins: build sdk-examples
-	./$(BIN) plugin bench testplugins/bin/memkv.wasm
+	./$(BIN) plugin bench wasm/testplugins/bin/memkv.wasm
 	./$(BIN) plugin bench bin/examples/memkv-c.wasm
 	./$(BIN) plugin bench bin/examples/btree-rust.wasm
 
@@ -121,6 +121,11 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 #   slowest packages are named first: go test starts packages in the order
 #   given, three at a time (-p 3), and core/server's tests run four at a
 #   time (-parallel 4; they wait on elections, etcd and fsyncs).
+# - suite-adaptors: the shipped adaptors' tests, beside them in
+#   wasm/adaptors (a module of its own): postgres.wasm on a throwaway
+#   PostgreSQL, mysql.wasm on a throwaway MariaDB and on a three-node Galera
+#   cluster, through the host under the race detector, as suite-race runs
+#   the host's own tests.
 # - suite-lin: tests/linearizability records concurrent clients' operations
 #   and a watcher's events and checks them with porcupine against etcd's KV
 #   semantics: one engram process on badger killed with SIGKILL, three over
@@ -157,29 +162,30 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 # tests' shared wasm cache first, uninstrumented: under the race detector
 # wazero's compiler takes about 80 s more per adaptor, and the compiled code
 # is the same (its package doc says why it is a test).
-# abi/, sdk/, internal/btree/, testplugins/ and adaptors/ are modules of
-# their own (plugins link only them); the SDK and the B-tree, which the
-# memkv test plugin links, are also vetted for wasip1, the target plugins
-# build for. The C and Rust SDKs decode and re-encode abi/testdata's golden
+# wasm/abi/, wasm/sdk/, internal/btree/, wasm/testplugins/ and
+# wasm/adaptors/ are modules of their own (plugins link only them; the
+# adaptors' tests, never built for wasip1, also link the main module); the
+# SDK and the B-tree, which the memkv test plugin links, are also vetted for
+# wasip1, the target plugins build for. The C and Rust SDKs decode and re-encode wasm/abi/testdata's golden
 # vectors in their own tests, and their example adaptors must pass the same
 # conformance suite as every engine (`engram plugin verify`).
 SUITE_JOBS   ?= 4
-RACE_FIRST    = ./core/server ./host ./plugins/tikv ./core/migrate ./core/backup ./internal/mysqltest
+RACE_FIRST    = ./core/server ./wasm/host ./engines/tikv ./core/migrate ./core/backup ./internal/mysqltest
 RACE_PKGS     = $(RACE_FIRST) $(shell $(GO) list ./... | grep -v -e '/tests/e2e' -e '/tests/linearizability' -e '/tests/etcddiff' \
 	$(foreach p,$(RACE_FIRST),-e 'engram/$(p:./%=%)$$'))
 K8S_BACKENDS  = wasm-galera migrated tikv badger pebble wasm-memkv wasm-postgres wasm-mysql
-SUITES        = suite-race suite-lin k8s-suite suite-upgrade $(addprefix k8s-,$(K8S_BACKENDS)) suite-diff suite-e2e
+SUITES        = suite-race suite-lin k8s-suite suite-adaptors suite-upgrade $(addprefix k8s-,$(K8S_BACKENDS)) suite-diff suite-e2e
 .PHONY: test-compile $(SUITES)
 
 test: build etcd-tools bin/kine
 	$(GO) vet ./...
-	cd abi && $(GO) vet ./... && $(GO) test ./...
+	cd wasm/abi && $(GO) vet ./... && $(GO) test ./...
 	cd internal/btree && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test -race ./...
-	cd sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
+	cd wasm/sdk && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
 	$(MAKE) --no-print-directory sdk-test
-	cd testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
-	cd adaptors && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
-	ENGRAM_WARM_WASM="$(CURDIR)/bin/postgres.wasm $(CURDIR)/bin/mysql.wasm $(CURDIR)/testplugins/bin/memkv.wasm $(CURDIR)/testplugins/bin/faulty.wasm" $(GO) test -count=1 -v -run '^TestWarm$$' ./internal/proctest/warmwasm/
+	cd wasm/testplugins && GOOS=wasip1 GOARCH=wasm $(GO) vet ./... && $(GO) test ./...
+	cd wasm/adaptors && $(GO) vet ./... && GOOS=wasip1 GOARCH=wasm $(GO) vet ./...
+	ENGRAM_WARM_WASM="$(CURDIR)/bin/postgres.wasm $(CURDIR)/bin/mysql.wasm $(CURDIR)/wasm/testplugins/bin/memkv.wasm $(CURDIR)/wasm/testplugins/bin/faulty.wasm" $(GO) test -count=1 -v -run '^TestWarm$$' ./internal/proctest/warmwasm/
 	$(MAKE) --no-print-directory test-compile
 	$(MAKE) --no-print-directory -j$(SUITE_JOBS) --output-sync=target $(SUITES)
 
@@ -189,9 +195,12 @@ test: build etcd-tools bin/kine
 test-compile:
 	$(GO) test -run '^$$' ./tests/... >/dev/null
 	cd tests/k8s && $(GO) test -run '^$$' ./... >/dev/null
+	cd wasm/adaptors && $(GO) test -race -run '^$$' ./... >/dev/null
 
 suite-race:
 	$(GO) test -race -p 3 -parallel 4 $(RACE_PKGS)
+suite-adaptors:
+	cd wasm/adaptors && $(GO) test -race -count=1 ./...
 UPGRADE_TEST  = ^TestClusterPostgresRollingUpgrade$$
 suite-lin:
 	$(GO) test -count=1 -skip '$(UPGRADE_TEST)' ./tests/linearizability/...
@@ -203,7 +212,7 @@ suite-e2e:
 	$(GO) test -count=1 ./tests/e2e/...
 k8s-suite:
 	cd tests/k8s && $(GO) test ./...
-k8s-wasm-memkv: K8S_WASM = $(CURDIR)/testplugins/bin/memkv.wasm
+k8s-wasm-memkv: K8S_WASM = $(CURDIR)/wasm/testplugins/bin/memkv.wasm
 k8s-wasm-postgres: K8S_WASM = $(CURDIR)/bin/postgres.wasm
 k8s-wasm-mysql k8s-wasm-galera: K8S_WASM = $(CURDIR)/bin/mysql.wasm
 $(addprefix k8s-,$(K8S_BACKENDS)):
@@ -341,6 +350,6 @@ lint:
 
 # Removes build output only; ./data (make run's store) is left alone.
 clean:
-	rm -rf bin testplugins/bin
-	$(MAKE) -C sdk/c clean
-	$(MAKE) -C sdk/rust RUSTC=$(RUSTC) clean
+	rm -rf bin wasm/testplugins/bin
+	$(MAKE) -C wasm/sdk/c clean
+	$(MAKE) -C wasm/sdk/rust RUSTC=$(RUSTC) clean

@@ -7,9 +7,11 @@ require (
 	github.com/KimMachineGun/automemlimit v1.0.1
 	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/pebble/v2 v2.1.7
+	github.com/coreos/go-semver v0.3.1
 	github.com/dgraph-io/badger/v3 v3.2103.5
-	github.com/engramkv/engram/abi v0.0.0
+	github.com/dgraph-io/ristretto v0.1.1
 	github.com/engramkv/engram/internal/btree v0.0.0
+	github.com/engramkv/engram/wasm/abi v0.0.0
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/golang/protobuf v1.5.4
 	github.com/hashicorp/golang-lru/v2 v2.0.7
@@ -53,10 +55,8 @@ require (
 	github.com/cockroachdb/redact v1.1.5 // indirect
 	github.com/cockroachdb/swiss v0.0.0-20260820225851-333444432258 // indirect
 	github.com/cockroachdb/tokenbucket v0.0.0-20230807174530-cc333fc44b06 // indirect
-	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/cznic/mathutil v0.0.0-20181122101859-297441e03548 // indirect
-	github.com/dgraph-io/ristretto v0.1.1 // indirect
 	github.com/dgryski/go-farm v0.0.0-20190423205320-6a90982ecee2 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
@@ -105,6 +105,6 @@ require (
 )
 
 replace (
-	github.com/engramkv/engram/abi => ./abi
 	github.com/engramkv/engram/internal/btree => ./internal/btree
+	github.com/engramkv/engram/wasm/abi => ./wasm/abi
 )

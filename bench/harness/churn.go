@@ -216,7 +216,7 @@ func (h *harness) churnStore(ctx context.Context, store string, res *churnResult
 			return err
 		}
 	default:
-		// Engram reclaims by itself (plugins/badger/reclaim.go): nothing
+		// Engram reclaims by itself (engines/badger/reclaim.go): nothing
 		// to call, only to wait for.
 		res.Reclaim = "Engram's own (badger: memtable flush + Flatten after large deletes)"
 		if store == storePebble {

@@ -26,6 +26,6 @@ require (
 // they are repeated here for the module graph to resolve.
 replace (
 	github.com/engramkv/engram => ../..
-	github.com/engramkv/engram/abi => ../../abi
 	github.com/engramkv/engram/internal/btree => ../../internal/btree
+	github.com/engramkv/engram/wasm/abi => ../../wasm/abi
 )

@@ -113,7 +113,7 @@ func run() error {
 	flag.StringVar(&h.etcdctlBin, "etcdctl", "bin/etcdctl36", "etcdctl 3.6 binary (snapshot save)")
 	flag.StringVar(&h.etcdutlBin, "etcdutl", "bin/etcdutl", "etcdutl 3.6 binary (restoring etcd's snapshot)")
 	flag.StringVar(&h.ceilingBin, "ceiling", "bin/engram-ceiling", "ceiling server binary")
-	flag.StringVar(&h.wasmFile, "wasm-file", "testplugins/bin/memkv.wasm", "memkv.wasm plugin for the engram-wasm row (skipped when missing)")
+	flag.StringVar(&h.wasmFile, "wasm-file", "wasm/testplugins/bin/memkv.wasm", "memkv.wasm plugin for the engram-wasm row (skipped when missing)")
 	flag.StringVar(&h.kineBin, "kine", "bin/kine", "kine binary (bench/kine) for the kine-* stores")
 	flag.StringVar(&h.postgresWasm, "postgres-wasm", "bin/postgres.wasm", "postgres adaptor for engram-postgres")
 	flag.StringVar(&h.mysqlWasm, "mysql-wasm", "bin/mysql.wasm", "mysql adaptor for engram-mysql")

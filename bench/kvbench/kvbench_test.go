@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 func small() Config {

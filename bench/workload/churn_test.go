@@ -7,7 +7,7 @@ import (
 
 	"github.com/engramkv/engram/bench/workload"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestChurnAgainstEngram runs a short churn with a fast compactor: updates

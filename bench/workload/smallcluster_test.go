@@ -8,7 +8,7 @@ import (
 
 	"github.com/engramkv/engram/bench/workload"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestSmallClusterAgainstEngram runs a tiny cluster through its life: no

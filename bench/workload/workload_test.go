@@ -13,7 +13,7 @@ import (
 	"github.com/engramkv/engram/bench/result"
 	"github.com/engramkv/engram/bench/workload"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // small is a configuration that exercises every code path in well under a

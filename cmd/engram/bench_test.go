@@ -7,7 +7,7 @@ import (
 
 	"github.com/engramkv/engram/bench/result"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestBenchSubcommand runs `engram bench` briefly against an in-process

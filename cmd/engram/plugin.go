@@ -15,11 +15,11 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/engramkv/engram/abi"
 	"github.com/engramkv/engram/bench/kvbench"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvtest"
-	"github.com/engramkv/engram/host"
+	"github.com/engramkv/engram/wasm/abi"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // caseToken is replaced in --config by a value unique to each conformance
@@ -275,7 +275,7 @@ func pluginVerify(ctx context.Context, file string, opts host.Options, sopts hos
 		return 1
 	}
 	if failed > 0 {
-		fmt.Fprintln(stdout, "The contract each case checks is documented in core/kv (package kv) and abi/ABI.md, section 6.")
+		fmt.Fprintln(stdout, "The contract each case checks is documented in core/kv (package kv) and wasm/abi/ABI.md, section 6.")
 		return 1
 	}
 	return 0

@@ -32,7 +32,7 @@ func wasmCache(t *testing.T, path string) string {
 // memkvWasm is the memkv test plugin built by `make plugins`.
 func memkvWasm(t *testing.T) (path, digest string) {
 	t.Helper()
-	path, err := filepath.Abs("../../testplugins/bin/memkv.wasm")
+	path, err := filepath.Abs("../../wasm/testplugins/bin/memkv.wasm")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,10 +11,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/engramkv/engram/abi"
 	"github.com/engramkv/engram/bench/kvbench"
-	"github.com/engramkv/engram/host"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/wasm/abi"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // benchReport is what `engram plugin bench --json` writes.

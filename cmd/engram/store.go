@@ -11,11 +11,11 @@ import (
 
 	"github.com/engramkv/engram/cmd/engram/internal/config"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/host"
-	badgerkv "github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
-	pebblekv "github.com/engramkv/engram/plugins/pebble"
-	"github.com/engramkv/engram/plugins/tikv"
+	badgerkv "github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
+	pebblekv "github.com/engramkv/engram/engines/pebble"
+	"github.com/engramkv/engram/engines/tikv"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // openStore opens the engine named by storage.engine. The caller closes it

@@ -8,8 +8,8 @@ import (
 	"github.com/engramkv/engram/core/backup"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
 )
 
 // authChecks is what an operator checks after moving a store that has auth

@@ -19,11 +19,11 @@ import (
 	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/snapshot"
-	"github.com/engramkv/engram/host"
+	"github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/engines/tikv/tikvmock"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
-	"github.com/engramkv/engram/plugins/tikv/tikvmock"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // engine opens a fresh, empty store of one kind for a test.
@@ -55,7 +55,7 @@ func engines() []engine {
 			return s
 		}},
 		{"memkv.wasm", func(t *testing.T) kv.Store {
-			path := repoFile("testplugins/bin/memkv.wasm")
+			path := repoFile("wasm/testplugins/bin/memkv.wasm")
 			if _, err := os.Stat(path); err != nil {
 				if os.Getenv("CI") == "" {
 					t.Skipf("%s missing (make plugins); skipping", path)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/engramkv/engram/core/backup"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
 )
 
 func dial(t *testing.T, endpoint string) *clientv3.Client {

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestCommitLoader covers the fallback every store without its own

@@ -14,8 +14,8 @@ import (
 	"github.com/engramkv/engram/core/internal/mvcc/transfer"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/migrate"
+	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
 )
 
 // leaseTTL is the TTL of every lease the tests grant: long enough that no

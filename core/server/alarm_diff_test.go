@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // alarmPair is a real etcd 3.6 and Engram, each with a small quota.

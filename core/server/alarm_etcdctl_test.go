@@ -8,8 +8,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
 )
 
 // TestAlarmEtcdctlBadger is the operator's round with etcdctl 3.6 on

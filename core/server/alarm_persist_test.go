@@ -9,7 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/badger"
+	"github.com/engramkv/engram/engines/badger"
 )
 
 // TestAlarmSurvivesRestart: a NOSPACE alarm raised on a badger-backed

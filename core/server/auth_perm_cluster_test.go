@@ -10,7 +10,7 @@ import (
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestAuthPermThroughFollower: a restricted user is refused a write and a

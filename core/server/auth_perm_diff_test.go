@@ -7,8 +7,8 @@ import (
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestAuthPermDiff sends every request shape as a restricted user, with

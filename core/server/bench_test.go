@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,7 +23,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/internal/proctest"
 )
 
 // The request benchmarks measure what the server process spends per
@@ -79,24 +79,15 @@ func BenchmarkRequests(b *testing.B) {
 				b.Run(w, func(b *testing.B) {
 					c.do(b, w, benchWarmupOps)
 					b.ReportAllocs()
-					cpu := processCPU()
+					cpu := proctest.CPUTime()
 					b.ResetTimer()
 					c.do(b, w, b.N)
 					b.StopTimer()
-					b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "server-cpu-ns/op")
+					b.ReportMetric(float64(proctest.CPUTime()-cpu)/float64(b.N), "server-cpu-ns/op")
 				})
 			}
 		})
 	}
-}
-
-// processCPU is the user and system CPU time this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // startBenchServer serves kind (see above) on 127.0.0.1 until b ends.

@@ -17,7 +17,7 @@ import (
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // The cluster tests run real elections on the real clock, with a short

@@ -20,7 +20,7 @@ import (
 	"github.com/engramkv/engram/core/internal/etcdapi"
 	"github.com/engramkv/engram/core/kv"
 	release "github.com/engramkv/engram/core/version"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 var v010 = release.Version{Major: 0, Minor: 10}

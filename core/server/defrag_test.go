@@ -18,9 +18,9 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // reclaimCounter counts the Reclaim calls Defragment makes and passes them

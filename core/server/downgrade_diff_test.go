@@ -10,8 +10,8 @@ import (
 
 	"github.com/engramkv/engram/core/server/servertest"
 	release "github.com/engramkv/engram/core/version"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // TestDiffDowngrade: Downgrade on a one-member etcd 3.6 and on Engram. The

@@ -20,8 +20,8 @@ import (
 	"github.com/engramkv/engram/core/migrate"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/core/snapshot"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // Differential tests of HashKV and snapshots after transactions that change

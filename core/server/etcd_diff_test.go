@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // The differential tests send the same raw requests to a real etcd 3.6 and

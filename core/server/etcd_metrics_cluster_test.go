@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/engramkv/engram/core/server"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // gauge is the value of an unlabelled gauge or counter on n's /metrics.

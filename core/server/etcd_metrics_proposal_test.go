@@ -12,7 +12,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/core/server"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestEtcdProposalMetrics checks what counts as a failed proposal: a write

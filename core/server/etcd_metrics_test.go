@@ -24,8 +24,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/engramkv/engram/core/server"
+	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
 )
 
 // metricsEngram starts Engram over badger (which reports its size) with a

@@ -9,7 +9,7 @@ import (
 
 	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // The etcd semantics tests run clientv3 against a server on a fake clock:

@@ -13,7 +13,7 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestUncertainAndFailingCommitsKeepWatchCorrect injects uncertain commits

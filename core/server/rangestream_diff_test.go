@@ -17,9 +17,9 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
 )
 
 // Differential tests of etcd 3.7's KV.RangeStream: the same raw requests to a real etcd 3.7.0 and to Engram, the

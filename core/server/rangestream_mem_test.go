@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/engramkv/engram/core/server"
-	"github.com/engramkv/engram/plugins/badger"
+	"github.com/engramkv/engram/engines/badger"
 )
 
 // BenchmarkRangeStreamMemory measures the server's memory while a client

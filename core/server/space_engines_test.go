@@ -10,16 +10,16 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/engines/pebble"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/memkv"
-	"github.com/engramkv/engram/plugins/pebble"
 )
 
 // TestSpaceRoundOnNativeEngines runs the operator's round on space
 // (servertest.CheckSpace: Status's DbSize, the size metric, NOSPACE
 // through etcdctl) and then `etcdctl defrag` on the compiled-in engines
 // that the badger and TiKV tests do not cover: pebble (its files) and
-// memkv (the bytes it holds). The wasm engines run it in host/.
+// memkv (the bytes it holds). The wasm engines run it in wasm/host/.
 func TestSpaceRoundOnNativeEngines(t *testing.T) {
 	t.Parallel()
 	etcdtest.Require(t)

@@ -12,9 +12,9 @@ import (
 	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
+	"github.com/engramkv/engram/engines/tikv"
+	"github.com/engramkv/engram/engines/tikv/tikvmock"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/tikv"
-	"github.com/engramkv/engram/plugins/tikv/tikvmock"
 )
 
 // openTiKVMock opens the TiKV adaptor on a fresh mock cluster whose size

@@ -1,5 +1,5 @@
 // Package btree is the ordered map of Engram's in-memory engines: the
-// native adaptor plugins/memkv and the wasm test plugin testplugins/memkv
+// native adaptor engines/memkv and the wasm test plugin wasm/testplugins/memkv
 // both keep their data in it, so that a fix to one is a fix to both.
 //
 // It owns a B-tree of byte keys made persistent by path copying, with

@@ -15,11 +15,11 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/host"
+	"github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
 	"github.com/engramkv/engram/internal/etcdtest"
 	"github.com/engramkv/engram/internal/proctest"
-	"github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // TestDiff sends one generated sequence to an oracle etcd 3.6 and to every
@@ -128,7 +128,7 @@ func startTarget(t *testing.T, name string) *server {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(root, "testplugins", "bin", "memkv.wasm")
+		path := filepath.Join(root, "wasm", "testplugins", "bin", "memkv.wasm")
 		if _, err := os.Stat(path); err != nil {
 			t.Fatalf("%v: build it with `make plugins`", err)
 		}

@@ -4,7 +4,7 @@ go 1.26.8
 
 replace github.com/engramkv/engram => ../..
 
-replace github.com/engramkv/engram/abi => ../../abi
+replace github.com/engramkv/engram/wasm/abi => ../../wasm/abi
 
 replace github.com/engramkv/engram/internal/btree => ../../internal/btree
 
@@ -47,8 +47,8 @@ require (
 	github.com/dgryski/go-farm v0.0.0-20190423205320-6a90982ecee2 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/emicklei/go-restful/v3 v3.13.0 // indirect
-	github.com/engramkv/engram/abi v0.0.0 // indirect
 	github.com/engramkv/engram/internal/btree v0.0.0 // indirect
+	github.com/engramkv/engram/wasm/abi v0.0.0 // indirect
 	github.com/felixge/httpsnoop v1.0.4 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/getsentry/sentry-go v0.27.0 // indirect

@@ -14,11 +14,11 @@ import (
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
 	"github.com/engramkv/engram/core/server"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/engines/tikv"
+	"github.com/engramkv/engram/engines/tikv/tikvmock"
 	"github.com/engramkv/engram/internal/pgtest"
 	"github.com/engramkv/engram/internal/proctest"
-	"github.com/engramkv/engram/plugins/memkv"
-	"github.com/engramkv/engram/plugins/tikv"
-	"github.com/engramkv/engram/plugins/tikv/tikvmock"
 )
 
 // TestSingleNodeKill9 runs one engram process on badger and kills it with

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engramkv/engram/plugins/tikv/tikvmock"
-	"github.com/engramkv/engram/plugins/tikv/tikvmock/tikvserve"
+	"github.com/engramkv/engram/engines/tikv/tikvmock"
+	"github.com/engramkv/engram/engines/tikv/tikvmock/tikvserve"
 )
 
 // tikvLease is the cluster lease over the TiKV fake, as over Galera.

@@ -12,7 +12,7 @@ import (
 	"github.com/engramkv/engram/core/internal/lease"
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/internal/watch"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // BenchmarkKV calls the KV handlers directly, without gRPC, on a leader

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/engramkv/engram/core/internal/mvcc"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // The server-level differential tests cannot decide when the server reads

@@ -8,14 +8,14 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/internal/proctest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -129,9 +129,9 @@ func BenchmarkCreateParallel(b *testing.B) {
 			next := 0
 			b.SetParallelism(32)
 			b.ReportAllocs()
-			cpu := processCPU()
+			cpu := proctest.CPUTime()
 			b.ResetTimer()
-			defer func() { b.ReportMetric(float64(processCPU()-cpu)/float64(b.N)/1e3, "cpu-us/op") }()
+			defer func() { b.ReportMetric(float64(proctest.CPUTime()-cpu)/float64(b.N)/1e3, "cpu-us/op") }()
 			b.RunParallel(func(p *testing.PB) {
 				for p.Next() {
 					mu.Lock()
@@ -167,7 +167,7 @@ func BenchmarkUpdateParallel(b *testing.B) {
 			var seq atomic.Int64
 			b.SetParallelism(32)
 			b.ReportAllocs()
-			cpu := processCPU()
+			cpu := proctest.CPUTime()
 			b.ResetTimer()
 			b.RunParallel(func(p *testing.PB) {
 				for p.Next() {
@@ -188,18 +188,9 @@ func BenchmarkUpdateParallel(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N)/1e3, "cpu-us/op")
+			b.ReportMetric(float64(proctest.CPUTime()-cpu)/float64(b.N)/1e3, "cpu-us/op")
 		})
 	}
-}
-
-// processCPU is the CPU time (user + system) the process has used, in ns.
-func processCPU() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // BenchmarkCreateRandom is kube-apiserver's create from 300 concurrent
@@ -214,7 +205,7 @@ func BenchmarkCreateRandom(b *testing.B) {
 			var seq atomic.Uint64
 			b.SetParallelism(150)
 			b.ReportAllocs()
-			cpu := processCPU()
+			cpu := proctest.CPUTime()
 			busy := be.writerBusy.Load()
 			b.ResetTimer()
 			b.RunParallel(func(p *testing.PB) {
@@ -231,7 +222,7 @@ func BenchmarkCreateRandom(b *testing.B) {
 				}
 			})
 			b.StopTimer()
-			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N)/1e3, "cpu-us/op")
+			b.ReportMetric(float64(proctest.CPUTime()-cpu)/float64(b.N)/1e3, "cpu-us/op")
 			b.ReportMetric(float64(be.writerBusy.Load()-busy)/float64(b.N)/1e3, "writer-us/op")
 		})
 	}

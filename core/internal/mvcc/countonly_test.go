@@ -9,7 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // scanRecorder records the options of every scan of one space.

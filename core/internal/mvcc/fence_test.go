@@ -13,7 +13,7 @@ import (
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/internal/election"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestDeposedLeaderCannotCompact: a leader that lost the election but

@@ -8,7 +8,7 @@ import (
 
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestLayoutRecordsMatchWorkedExample checks that the exported record API

@@ -18,7 +18,7 @@ import (
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // holdingStore holds every Commit while closed, so a test can stack groups

@@ -8,7 +8,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 func TestResolve(t *testing.T) {

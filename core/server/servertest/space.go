@@ -6,10 +6,12 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/internal/etcdtest"
 )
 
@@ -117,5 +119,27 @@ func DisarmNoSpace(t testing.TB, srv *Server, a AlarmClient) {
 	}
 	if out := srv.Etcdctl(t, "put", "k", "v"); strings.TrimSpace(out) != "OK" {
 		t.Errorf("etcdctl put after disarm: %q", out)
+	}
+}
+
+// SpaceRound serves s with a quota of quota bytes and runs the operator's
+// round on its space (CheckSpace: DbSize, the size metric, the
+// NOSPACE alarm through etcdctl), then `etcdctl defrag`, which must
+// succeed and reach the engine's reclamation: reclaims counts what the
+// engine did, and must have grown.
+func SpaceRound(t testing.TB, s kv.Store, quota int64, reclaims func() int64) {
+	t.Helper()
+	etcdtest.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
+	defer cancel()
+	reg := prometheus.NewRegistry()
+	srv := Start(t, s, Options{QuotaBackendBytes: quota, Registerer: reg})
+	CheckSpace(t, ctx, srv, reg)
+	before := reclaims()
+	if out, err := etcdtest.Etcdctl(t, "--endpoints="+srv.Endpoint, "defrag"); err != nil || !strings.Contains(out, "Finished defragmenting etcd member") {
+		t.Fatalf("etcdctl defrag: %v\n%s", err, out)
+	}
+	if after := reclaims(); after <= before {
+		t.Errorf("etcdctl defrag did not reach the engine's reclamation: %d before, %d after", before, after)
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/engramkv/engram/host"
 	"github.com/engramkv/engram/internal/proctest"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // TestWarm compiles each plugin named in ENGRAM_WARM_WASM (paths separated

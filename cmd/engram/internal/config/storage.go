@@ -39,7 +39,7 @@ type Storage struct {
 }
 
 // TiKV configures storage.engine=tikv: Engram's data in a TiKV cluster
-// (plugins/tikv), reached through its PD servers.
+// (engines/tikv), reached through its PD servers.
 type TiKV struct {
 	// PDEndpoints are the PD servers of the cluster, host:port (or
 	// http(s)://host:port).
@@ -75,7 +75,7 @@ type TiKVTLS struct {
 }
 
 // Wasm configures storage.engine=wasm: a storage plugin loaded from a .wasm
-// file (abi/ABI.md) and run by the host package.
+// file (wasm/abi/ABI.md) and run by the host package.
 type Wasm struct {
 	// File is the plugin's .wasm file.
 	File string `koanf:"file" help:"storage plugin .wasm file (storage.engine=wasm)"`
@@ -107,7 +107,7 @@ type Wasm struct {
 	Untrusted bool `koanf:"untrusted" help:"make a spinning plugin interruptible (slows plugin code several times)"`
 }
 
-// Badger tunes the embedded badger engine (plugins/badger). Every commit is
+// Badger tunes the embedded badger engine (engines/badger). Every commit is
 // fsynced before it is acknowledged; that is not configurable.
 type Badger struct {
 	// InMemory keeps badger's data in memory only: nothing is written to
@@ -130,7 +130,7 @@ type Badger struct {
 	// the engine's default (64 MiB). Each memtable costs about 1.3 times
 	// this in heap; badger's pooled table-builder buffers, which dominate
 	// resident memory after a large load, grow with compaction's tables as
-	// much as with this (see plugins/badger Options.MemTableSize).
+	// much as with this (see engines/badger Options.MemTableSize).
 	// One atomic commit is limited to 15% of it: raise it if commits fail
 	// with "batch too large" (at 64 MiB, a DeleteRange of about 12000
 	// keys is the most one revision can write; at 16 MiB, about 3000).
@@ -140,7 +140,7 @@ type Badger struct {
 	NumMemtables int `koanf:"num-memtables" help:"badger memtables allowed before writes wait for a flush (0 = engine default)"`
 }
 
-// Pebble tunes the embedded pebble engine (plugins/pebble). Every commit is
+// Pebble tunes the embedded pebble engine (engines/pebble). Every commit is
 // fsynced before it is acknowledged; that is not configurable. Its
 // memtables and block cache live outside the Go heap, and it reads tables
 // through the block cache rather than memory-mapping them, so these two

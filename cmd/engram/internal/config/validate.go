@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/engramkv/engram/host"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // problems collects the violations Validate finds, each prefixed with the key

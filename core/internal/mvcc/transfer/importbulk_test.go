@@ -11,7 +11,7 @@ import (
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // exported is a store's history as restore reads it from a file.

@@ -15,7 +15,7 @@ import (
 	"github.com/engramkv/engram/core/etcdfmt"
 	"github.com/engramkv/engram/core/internal/mvcc"
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/memkv"
+	"github.com/engramkv/engram/engines/memkv"
 )
 
 // churn runs a seeded random workload shaped like the Kubernetes registry:

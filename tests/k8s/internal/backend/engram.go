@@ -12,10 +12,10 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/host"
-	"github.com/engramkv/engram/plugins/badger"
-	"github.com/engramkv/engram/plugins/memkv"
-	"github.com/engramkv/engram/plugins/pebble"
+	"github.com/engramkv/engram/engines/badger"
+	"github.com/engramkv/engram/engines/memkv"
+	"github.com/engramkv/engram/engines/pebble"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 const backendName = "engram"
@@ -99,7 +99,7 @@ func openWasmStore(t testing.TB) kv.Store {
 	t.Helper()
 	path := os.Getenv(WasmEnv)
 	if path == "" {
-		t.Fatalf("%s=wasm-memkv needs %s=/path/to/memkv.wasm (make plugins builds testplugins/bin/memkv.wasm)", BackendEnv, WasmEnv)
+		t.Fatalf("%s=wasm-memkv needs %s=/path/to/memkv.wasm (make plugins builds wasm/testplugins/bin/memkv.wasm)", BackendEnv, WasmEnv)
 	}
 	wasmOnce.Do(func() {
 		cache := filepath.Join(os.TempDir(), "engram-k8s-wasm-cache")

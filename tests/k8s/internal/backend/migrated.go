@@ -21,8 +21,8 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/migrate"
+	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/internal/etcdtest"
-	"github.com/engramkv/engram/plugins/badger"
 )
 
 // ENGRAM_K8S_BACKEND=migrated runs the suite on badger stores migrated from

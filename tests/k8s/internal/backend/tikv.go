@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/plugins/tikv/tikvmock"
+	"github.com/engramkv/engram/engines/tikv/tikvmock"
 )
 
 // openTiKVStore returns Engram's TiKV adaptor over a fresh in-process mock

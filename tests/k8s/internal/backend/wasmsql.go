@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/host"
 	"github.com/engramkv/engram/internal/proctest"
+	"github.com/engramkv/engram/wasm/host"
 )
 
 // wasmSQL is a backend that runs Engram on a SQL adaptor (its .wasm path
