@@ -125,7 +125,9 @@ $(ETCD_TOOLS) &: bench/etcd/go.mod bench/etcd/go.sum bench/etcd/main.go
 #   wasm/adaptors (a module of its own): postgres.wasm on a throwaway
 #   PostgreSQL, mysql.wasm on a throwaway MariaDB and on a three-node Galera
 #   cluster, through the host under the race detector, as suite-race runs
-#   the host's own tests.
+#   the host's own tests; one package at a time (-p 1), as when they were
+#   the host's: side by side with the other suites, two database servers
+#   and a Galera cluster at once ran commits past their deadlines.
 # - suite-lin: tests/linearizability records concurrent clients' operations
 #   and a watcher's events and checks them with porcupine against etcd's KV
 #   semantics: one engram process on badger killed with SIGKILL, three over
@@ -200,7 +202,7 @@ test-compile:
 suite-race:
 	$(GO) test -race -p 3 -parallel 4 $(RACE_PKGS)
 suite-adaptors:
-	cd wasm/adaptors && $(GO) test -race -count=1 ./...
+	cd wasm/adaptors && $(GO) test -race -count=1 -p 1 ./...
 UPGRADE_TEST  = ^TestClusterPostgresRollingUpgrade$$
 suite-lin:
 	$(GO) test -count=1 -skip '$(UPGRADE_TEST)' ./tests/linearizability/...
