@@ -57,6 +57,7 @@ import (
 	"github.com/dgraph-io/badger/v3/options"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
@@ -190,8 +191,7 @@ type Store struct {
 	stopGC chan struct{}
 	gcDone chan struct{}
 
-	itersMu sync.Mutex
-	iters   map[*iterator]struct{}
+	iters batchiter.Open
 
 	reclaim reclaimer // reclaim.go
 
@@ -293,7 +293,6 @@ func Open(opts Options) (*Store, error) {
 		conds:          condcache.New(condEntries(opts.ConditionCacheEntries)),
 		stopGC:         make(chan struct{}),
 		gcDone:         make(chan struct{}),
-		iters:          make(map[*iterator]struct{}),
 	}
 	go s.queue.Run(s.commitGroup)
 	interval := opts.GCInterval
@@ -432,15 +431,7 @@ func (s *Store) Close() error {
 	close(s.stopGC)
 	<-s.gcDone
 
-	s.itersMu.Lock()
-	open := make([]*iterator, 0, len(s.iters))
-	for it := range s.iters {
-		open = append(open, it)
-	}
-	s.itersMu.Unlock()
-	for _, it := range open {
-		it.Close()
-	}
+	s.iters.CloseAll()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)
 	}

@@ -52,6 +52,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
@@ -143,8 +144,7 @@ type Store struct {
 	// queue carries Commits to the committer (commit.go).
 	queue *groupcommit.Queue
 
-	itersMu sync.Mutex
-	iters   map[*iterator]struct{}
+	iters batchiter.Open
 
 	// reclaimMu makes Reclaims one at a time.
 	reclaimMu sync.Mutex
@@ -216,7 +216,6 @@ func Open(opts Options) (*Store, error) {
 		dir:   opts.Dir,
 		log:   logger,
 		queue: groupcommit.NewQueue("pebble", maxGroup, maxGroupBytes),
-		iters: make(map[*iterator]struct{}),
 	}
 	entries := opts.ConditionCacheEntries
 	if entries == 0 {
@@ -329,15 +328,7 @@ func (s *Store) Close() error {
 	// queue lets the committer finish its last group and exit.
 	s.queue.Close()
 
-	s.itersMu.Lock()
-	open := make([]*iterator, 0, len(s.iters))
-	for it := range s.iters {
-		open = append(open, it)
-	}
-	s.itersMu.Unlock()
-	for _, it := range open {
-		it.Close()
-	}
+	s.iters.CloseAll()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}
