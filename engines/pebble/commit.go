@@ -24,11 +24,10 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		req.Size += int64(len(op.Key) + len(op.Value))
 	}
 
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return err
 	}
+	defer s.gate.Exit()
 	if len(ops) == 0 {
 		return nil
 	}

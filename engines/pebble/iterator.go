@@ -15,15 +15,14 @@ import (
 // Scan opens a pebble iterator, which is the snapshot: it reads at the
 // sequence number current here, not at the first Next.
 func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	iopts := &pebbledb.IterOptions{LowerBound: clone(opts.Start)}
 	if len(opts.End) > 0 {
 		if opts.Start != nil && bytes.Compare(opts.Start, opts.End) >= 0 {
-			return batchiter.New((*readGate)(s), nil, opts), nil
+			return batchiter.New(&s.gate, nil, opts), nil
 		}
 		// Bounds let pebble skip tables outside the range and stop at the
 		// end by itself, also in the middle of a run of deleted keys.
@@ -40,25 +39,10 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		// Copying only the prefix is what makes counting cheap.
 		valuePrefix: opts.ValuePrefix,
 	}
-	it := batchiter.New((*readGate)(s), c, opts)
+	it := batchiter.New(&s.gate, c, opts)
 	s.iters.Add(it)
 	return it, nil
 }
-
-// readGate is the Store as a batchiter.Gate: an iterator reads only while
-// the store is open, and holds off Close while it does.
-type readGate Store
-
-func (g *readGate) Enter() error {
-	g.gate.RLock()
-	if g.closed {
-		g.gate.RUnlock()
-		return kv.ErrClosed
-	}
-	return nil
-}
-
-func (g *readGate) Exit() { g.gate.RUnlock() }
 
 // cursor is a scan's batchiter.Source: a pebble iterator bounded to the
 // scan's range.

@@ -55,6 +55,7 @@ import (
 	"github.com/engramkv/engram/engines/internal/batchiter"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
+	"github.com/engramkv/engram/engines/internal/gate"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
 )
 
@@ -138,8 +139,7 @@ type Store struct {
 	// exclusively by Close, so Close waits for in-flight calls (including
 	// Commits waiting for their group's fsync) and nothing touches the
 	// engine after it is closed (pebble panics on a closed DB).
-	gate   sync.RWMutex
-	closed bool
+	gate gate.Gate
 
 	// queue carries Commits to the committer (commit.go).
 	queue *groupcommit.Queue
@@ -235,11 +235,10 @@ func (s *Store) Features() kv.Features {
 // blocks, see package diskuse); Status reports it as DbSize and the quota
 // counts it.
 func (s *Store) Size() (int64, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return 0, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return 0, err
 	}
+	defer s.gate.Exit()
 	return s.sizeLocked()
 }
 
@@ -274,11 +273,10 @@ func (s *Store) Stats() Stats {
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	if len(key) == 0 {
 		return nil, kv.ErrNotFound // no such key can have been stored
 	}
@@ -300,11 +298,10 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 // Partitions returns the whole range: the core does not need split points
 // at the sizes an embedded engine serves, so the feature is not declared.
 func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
 }
 
@@ -318,21 +315,17 @@ func clone(b []byte) []byte {
 // Close waits for in-flight calls and queued commits, releases open
 // iterators and closes the database. Later calls return kv.ErrClosed.
 func (s *Store) Close() error {
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	if s.closed {
-		return kv.ErrClosed
-	}
-	s.closed = true
-	// No Commit holds the gate, so none is queued or waiting: closing the
-	// queue lets the committer finish its last group and exit.
-	s.queue.Close()
+	return s.gate.Close(func() error {
+		// No Commit holds the gate, so none is queued or waiting: closing
+		// the queue lets the committer finish its last group and exit.
+		s.queue.Close()
 
-	s.iters.CloseAll()
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("pebble: close: %w", err)
-	}
-	return nil
+		s.iters.CloseAll()
+		if err := s.db.Close(); err != nil {
+			return fmt.Errorf("pebble: close: %w", err)
+		}
+		return nil
+	})
 }
 
 // pebbleLogger routes pebble's logging into slog. Pebble reports routine

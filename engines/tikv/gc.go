@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/tikv/client-go/v2/oracle"
-
-	"github.com/engramkv/engram/core/kv"
 )
 
 // gcServiceIDPrefix names the PD service safe point a Store registers; the
@@ -28,11 +26,10 @@ const gcServiceIDPrefix = "engram-"
 // cluster's safe point past that minimum. Before advancing it, client-go
 // resolves every lock older than the safe point, cluster-wide.
 func (s *Store) GC(ctx context.Context, lifeTime time.Duration) (uint64, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return 0, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return 0, err
 	}
+	defer s.gate.Exit()
 	return s.gcOnce(ctx, lifeTime)
 }
 

@@ -50,11 +50,10 @@ type scanner interface {
 // so every Commit that returned before Scan is visible and none that
 // starts after it is. The TiKV scan itself starts on the first Next.
 func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	c := &cursor{
 		reverse: opts.Reverse,
 		limit:   opts.Limit,
@@ -63,7 +62,7 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		strip:   len(s.prefix),
 	}
 	if bytes.Compare(c.lo, c.hi) >= 0 {
-		return batchiter.New((*readGate)(s), nil, opts), nil
+		return batchiter.New(&s.gate, nil, opts), nil
 	}
 	tctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -72,23 +71,8 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		return nil, fmt.Errorf("tikv: scan: %w", err)
 	}
 	c.snap = s.kvs.GetSnapshot(ts)
-	return batchiter.New((*readGate)(s), c, opts), nil
+	return batchiter.New(&s.gate, c, opts), nil
 }
-
-// readGate is the Store as a batchiter.Gate: an iterator reads only while
-// the store is open, and holds off Close while it does.
-type readGate Store
-
-func (g *readGate) Enter() error {
-	g.gate.RLock()
-	if g.closed {
-		g.gate.RUnlock()
-		return kv.ErrClosed
-	}
-	return nil
-}
-
-func (g *readGate) Exit() { g.gate.RUnlock() }
 
 // cursor is a scan's batchiter.Source: client-go scanners over one
 // snapshot, reopened as the pairs' size asks.
