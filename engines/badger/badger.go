@@ -61,6 +61,7 @@ import (
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
+	"github.com/engramkv/engram/engines/internal/periodic"
 )
 
 // Limits of this adaptor that are tighter than the kv contract's.
@@ -188,8 +189,8 @@ type Store struct {
 	// queue carries Commits to the committer (commitGroup).
 	queue *groupcommit.Queue
 
-	stopGC chan struct{}
-	gcDone chan struct{}
+	// gc runs value-log GC (runGC); nil when off.
+	gc *periodic.Task
 
 	iters batchiter.Open
 
@@ -291,8 +292,6 @@ func Open(opts Options) (*Store, error) {
 		valueThreshold: bo.ValueThreshold,
 		queue:          groupcommit.NewQueue("badger", maxGroup, 0),
 		conds:          condcache.New(condEntries(opts.ConditionCacheEntries)),
-		stopGC:         make(chan struct{}),
-		gcDone:         make(chan struct{}),
 	}
 	go s.queue.Run(s.commitGroup)
 	interval := opts.GCInterval
@@ -300,9 +299,7 @@ func Open(opts Options) (*Store, error) {
 		interval = defaultGCInterval
 	}
 	if interval > 0 && !opts.InMemory {
-		go s.runGC(interval)
-	} else {
-		close(s.gcDone)
+		s.gc = periodic.Start(interval, s.runGC)
 	}
 	s.startReclaim(interval > 0) // reclaim.go; off with GC
 	return s, nil
@@ -428,8 +425,7 @@ func (s *Store) Close() error {
 	// No Commit holds the gate, so none is queued or waiting: closing the
 	// queue lets the committer finish its last group and exit.
 	s.queue.Close()
-	close(s.stopGC)
-	<-s.gcDone
+	s.gc.Stop()
 
 	s.iters.CloseAll()
 	if err := s.db.Close(); err != nil {
@@ -438,32 +434,21 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// runGC reclaims value-log space left by overwritten large values.
-func (s *Store) runGC(interval time.Duration) {
-	defer close(s.gcDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopGC:
+// runGC reclaims value-log space left by overwritten large values, up to
+// maxGCRounds rewrites until one finds nothing worth rewriting.
+func (s *Store) runGC(ctx context.Context) {
+	for range maxGCRounds {
+		err := s.db.RunValueLogGC(defaultGCDiscardRatio)
+		if err != nil {
+			// ErrNoRewrite: nothing worth rewriting; ErrRejected: a GC is
+			// already running or the DB is closing.
+			if !errors.Is(err, badgerdb.ErrNoRewrite) && !errors.Is(err, badgerdb.ErrRejected) {
+				s.log.Warn("value log GC failed", "err", err)
+			}
 			return
-		case <-t.C:
 		}
-		for range maxGCRounds {
-			err := s.db.RunValueLogGC(defaultGCDiscardRatio)
-			if err != nil {
-				// ErrNoRewrite: nothing worth rewriting; ErrRejected: a
-				// GC is already running or the DB is closing.
-				if !errors.Is(err, badgerdb.ErrNoRewrite) && !errors.Is(err, badgerdb.ErrRejected) {
-					s.log.Warn("value log GC failed", "err", err)
-				}
-				break
-			}
-			select {
-			case <-s.stopGC:
-				return
-			default:
-			}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }

@@ -72,6 +72,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/engines/internal/gate"
+	"github.com/engramkv/engram/engines/internal/periodic"
 )
 
 const (
@@ -180,8 +181,8 @@ type Store struct {
 	// touches the client after it is closed.
 	gate gate.Gate
 
-	stopGC chan struct{}
-	gcDone chan struct{}
+	// gc runs TiKV's GC (runGC); nil when off.
+	gc *periodic.Task
 	// onClose runs after the client is closed (Open's PD client context).
 	onClose func()
 
@@ -238,8 +239,6 @@ func New(kvs *tikvclient.KVStore, opts Options) (*Store, error) {
 		prefix:         bytes.Clone(opts.Prefix),
 		prefixEnd:      prefixEnd(opts.Prefix),
 		requestTimeout: opts.RequestTimeout,
-		stopGC:         make(chan struct{}),
-		gcDone:         make(chan struct{}),
 		regionStats:    opts.RegionStats,
 		now:            opts.Clock,
 	}
@@ -255,9 +254,7 @@ func New(kvs *tikvclient.KVStore, opts Options) (*Store, error) {
 			life = defaultGCLifeTime
 		}
 		life = max(life, minGCLifeTime)
-		go s.runGC(opts.GCInterval, life)
-	} else {
-		close(s.gcDone)
+		s.gc = periodic.Start(opts.GCInterval, func(ctx context.Context) { s.runGC(ctx, life) })
 	}
 	return s, nil
 }
@@ -373,8 +370,7 @@ func (s *Store) Close() error {
 	}
 	// GC runs outside the gate (it can take long); stop it before
 	// closing the client under it.
-	close(s.stopGC)
-	<-s.gcDone
+	s.gc.Stop()
 	err := s.kvs.Close()
 	if s.onClose != nil {
 		s.onClose()
