@@ -50,7 +50,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v3"
@@ -200,9 +199,7 @@ type Store struct {
 	// and cleared under the exclusive gate, read under the shared one.
 	load *bulkLoad
 
-	stats struct {
-		batches, groups, conflicts atomic.Uint64
-	}
+	stats groupcommit.Counters
 }
 
 var _ kv.Store = (*Store)(nil)
@@ -332,24 +329,10 @@ func (s *Store) Size() (int64, error) {
 var _ kv.Sizer = (*Store)(nil)
 
 // Stats counts the work of the committer since Open.
-type Stats struct {
-	// Batches is the number of batches applied (conflicting ones excluded).
-	Batches uint64
-	// Groups is the number of badger transactions written, each one WAL
-	// write and one fsync. Batches/Groups is the group-commit factor.
-	Groups uint64
-	// Conflicts is the number of batches refused with a *kv.ConflictError.
-	Conflicts uint64
-}
+type Stats = groupcommit.Stats
 
 // Stats returns the committer's counters.
-func (s *Store) Stats() Stats {
-	return Stats{
-		Batches:   s.stats.batches.Load(),
-		Groups:    s.stats.groups.Load(),
-		Conflicts: s.stats.conflicts.Load(),
-	}
-}
+func (s *Store) Stats() Stats { return s.stats.Stats() }
 
 // dataKey returns key in the adaptor's namespace.
 func dataKey(key []byte) []byte {

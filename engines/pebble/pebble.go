@@ -45,7 +45,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -149,9 +148,7 @@ type Store struct {
 	// reclaimMu makes Reclaims one at a time.
 	reclaimMu sync.Mutex
 
-	stats struct {
-		batches, groups, conflicts atomic.Uint64
-	}
+	stats groupcommit.Counters
 }
 
 var (
@@ -252,24 +249,10 @@ func (s *Store) sizeLocked() (int64, error) {
 }
 
 // Stats counts the work of the committer since Open.
-type Stats struct {
-	// Batches is the number of batches applied (conflicting ones excluded).
-	Batches uint64
-	// Groups is the number of pebble batches written, each one WAL write
-	// and one fsync. Batches/Groups is the group-commit factor.
-	Groups uint64
-	// Conflicts is the number of batches refused with a *kv.ConflictError.
-	Conflicts uint64
-}
+type Stats = groupcommit.Stats
 
 // Stats returns the committer's counters.
-func (s *Store) Stats() Stats {
-	return Stats{
-		Batches:   s.stats.batches.Load(),
-		Groups:    s.stats.groups.Load(),
-		Conflicts: s.stats.conflicts.Load(),
-	}
-}
+func (s *Store) Stats() Stats { return s.stats.Stats() }
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
