@@ -44,6 +44,7 @@
 package badger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -380,14 +381,7 @@ func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, 
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
+	return []kv.Range{{Start: bytes.Clone(start), End: bytes.Clone(end)}}, nil
 }
 
 // Close waits for in-flight calls and queued commits, stops GC, releases

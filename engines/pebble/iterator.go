@@ -19,14 +19,14 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		return nil, err
 	}
 	defer s.gate.Exit()
-	iopts := &pebbledb.IterOptions{LowerBound: clone(opts.Start)}
+	iopts := &pebbledb.IterOptions{LowerBound: bytes.Clone(opts.Start)}
 	if len(opts.End) > 0 {
 		if opts.Start != nil && bytes.Compare(opts.Start, opts.End) >= 0 {
 			return batchiter.New(&s.gate, nil, opts), nil
 		}
 		// Bounds let pebble skip tables outside the range and stop at the
 		// end by itself, also in the middle of a run of deleted keys.
-		iopts.UpperBound = clone(opts.End)
+		iopts.UpperBound = bytes.Clone(opts.End)
 	}
 	iter, err := s.db.NewIter(iopts)
 	if err != nil {

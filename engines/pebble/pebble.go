@@ -39,6 +39,7 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -285,14 +286,7 @@ func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, 
 		return nil, err
 	}
 	defer s.gate.Exit()
-	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
+	return []kv.Range{{Start: bytes.Clone(start), End: bytes.Clone(end)}}, nil
 }
 
 // Close waits for in-flight calls and queued commits, releases open
