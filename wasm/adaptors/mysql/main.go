@@ -47,7 +47,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -57,10 +56,7 @@ import (
 	"github.com/engramkv/engram/wasm/sdk"
 )
 
-func main() {
-	debug.SetMemoryLimit(sqlkv.GCMemoryLimit)
-	sdk.Serve(&store{})
-}
+func main() { sqlkv.Serve(&store{}) }
 
 // minPacket is the smallest max_allowed_packet the plugin accepts: one
 // statement carries a value of up to 4 MiB and its key, each escaped
@@ -161,12 +157,7 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
-	return sdk.Manifest{
-		Name:    "mysql",
-		Version: "1.0.0",
-		Model:   sdk.ModelPooled,
-		Durable: true,
-	}, nil
+	return sqlkv.Manifest("mysql", "1.0.0"), nil
 }
 
 // prepareTable checks the server, creates the table if it does not exist,

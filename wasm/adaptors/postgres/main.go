@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime/debug"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -41,10 +40,7 @@ import (
 	"github.com/engramkv/engram/wasm/sdk"
 )
 
-func main() {
-	debug.SetMemoryLimit(sqlkv.GCMemoryLimit)
-	sdk.Serve(&store{})
-}
+func main() { sqlkv.Serve(&store{}) }
 
 // minServerVersion is PostgreSQL 12: stored generated columns.
 const minServerVersion = 120000
@@ -118,12 +114,7 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
-	return sdk.Manifest{
-		Name:    "postgres",
-		Version: "1.0.0",
-		Model:   sdk.ModelPooled,
-		Durable: true,
-	}, nil
+	return sqlkv.Manifest("postgres", "1.0.0"), nil
 }
 
 // prepareTable checks the server version and creates the table if it does

@@ -4,9 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 
 	"github.com/engramkv/engram/wasm/sdk"
 )
+
+// Serve is an adaptor's main: it gives the Go runtime its soft memory
+// limit (GCMemoryLimit) and serves s.
+func Serve(s sdk.Store) {
+	debug.SetMemoryLimit(GCMemoryLimit)
+	sdk.Serve(s)
+}
+
+// Manifest is a SQL adaptor's answer to INIT: its instances are
+// interchangeable clients of the database (pooled), and the database makes
+// every commit durable.
+func Manifest(name, version string) sdk.Manifest {
+	return sdk.Manifest{Name: name, Version: version, Model: sdk.ModelPooled, Durable: true}
+}
 
 // CheckNet refuses a host that allows no network address, where an adaptor
 // could reach no database, with the setting that fixes it.
