@@ -49,6 +49,10 @@ type Iterator struct {
 	batch   int
 	yielded int
 	done    bool
+	// page is the batch Next is filling. It lives here, not on Next's
+	// stack, because a *kv.Batch handed to an interface method escapes:
+	// a fresh one would cost an allocation per Next.
+	page kv.Batch
 }
 
 var _ kv.Iterator = (*Iterator)(nil)
@@ -79,19 +83,21 @@ func (it *Iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 	if it.done {
 		return nil, nil
 	}
-	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
-	end, err := it.src.Fill(b, it.yielded)
+	it.page = *kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
+	end, err := it.src.Fill(&it.page, it.yielded)
+	pairs := it.page.Pairs()
+	it.page = kv.Batch{} // the pairs are the caller's: keep no reference to them
 	if err != nil {
 		return nil, err
 	}
 	if end {
 		it.finish()
 	}
-	it.yielded += b.Len()
+	it.yielded += len(pairs)
 	if it.limit > 0 && it.yielded >= it.limit {
 		it.finish()
 	}
-	return b.Pairs(), nil
+	return pairs, nil
 }
 
 // Close releases the snapshot. It is safe to call more than once, and
