@@ -19,16 +19,18 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	c := &cursor{
+	sc := &scan{c: cursor{
 		reverse: opts.Reverse,
 		// Copying only the prefix is what makes counting cheap.
 		valuePrefix: opts.ValuePrefix,
 		start:       dataKey(opts.Start),
-	}
+	}}
+	c := &sc.c
 	if len(opts.End) > 0 {
 		c.end = dataKey(opts.End)
 		if bytes.Compare(c.start, c.end) >= 0 {
-			return batchiter.New((*readGate)(s), nil, opts), nil
+			sc.Init((*readGate)(s), nil, opts)
+			return sc, nil
 		}
 	}
 	c.txn = s.db.NewTransaction(false)
@@ -65,9 +67,15 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	} else {
 		c.iter.Seek(c.start)
 	}
-	it := batchiter.New((*readGate)(s), c, opts)
-	s.iters.Add(it)
-	return it, nil
+	sc.Init((*readGate)(s), c, opts)
+	s.iters.Add(&sc.Iterator)
+	return sc, nil
+}
+
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
 }
 
 // readGate is the Store as a batchiter.Gate: an iterator reads only while

@@ -139,7 +139,8 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	if s.closed.Load() {
 		return nil, kv.ErrClosed
 	}
-	c := &cursor{reverse: opts.Reverse}
+	sc := &scan{c: cursor{reverse: opts.Reverse}}
+	c := &sc.c
 	if len(opts.End) > 0 {
 		c.end = append([]byte{}, opts.End...)
 	}
@@ -147,7 +148,8 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		c.start = append([]byte{}, opts.Start...)
 	}
 	if c.end != nil && bytes.Compare(c.start, c.end) >= 0 {
-		return batchiter.New((*readGate)(s), nil, opts), nil
+		sc.Init((*readGate)(s), nil, opts)
+		return sc, nil
 	}
 	v := *s.published.Load()
 	if opts.Reverse {
@@ -155,7 +157,14 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	} else {
 		c.cur.SeekGE(v, c.start)
 	}
-	return batchiter.New((*readGate)(s), c, opts), nil
+	sc.Init((*readGate)(s), c, opts)
+	return sc, nil
+}
+
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
 }
 
 // Partitions returns the whole range: memkv does not split, so it does

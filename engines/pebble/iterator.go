@@ -22,7 +22,9 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	iopts := &pebbledb.IterOptions{LowerBound: bytes.Clone(opts.Start)}
 	if len(opts.End) > 0 {
 		if opts.Start != nil && bytes.Compare(opts.Start, opts.End) >= 0 {
-			return batchiter.New(&s.gate, nil, opts), nil
+			it := new(scan)
+			it.Init(&s.gate, nil, opts)
+			return it, nil
 		}
 		// Bounds let pebble skip tables outside the range and stop at the
 		// end by itself, also in the middle of a run of deleted keys.
@@ -32,16 +34,22 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	if err != nil {
 		return nil, fmt.Errorf("pebble: scan: %w", err)
 	}
-	c := &cursor{
+	sc := &scan{c: cursor{
 		log:     s.log,
 		iter:    iter,
 		reverse: opts.Reverse,
 		// Copying only the prefix is what makes counting cheap.
 		valuePrefix: opts.ValuePrefix,
-	}
-	it := batchiter.New(&s.gate, c, opts)
-	s.iters.Add(it)
-	return it, nil
+	}}
+	sc.Init(&s.gate, &sc.c, opts)
+	s.iters.Add(&sc.Iterator)
+	return sc, nil
+}
+
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
 }
 
 // cursor is a scan's batchiter.Source: a pebble iterator bounded to the

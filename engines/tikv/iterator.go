@@ -54,15 +54,17 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		return nil, err
 	}
 	defer s.gate.Exit()
-	c := &cursor{
+	sc := &scan{c: cursor{
 		reverse: opts.Reverse,
 		limit:   opts.Limit,
 		lo:      s.dataKey(opts.Start),
 		hi:      s.rangeEnd(opts.End),
 		strip:   len(s.prefix),
-	}
+	}}
+	c := &sc.c
 	if bytes.Compare(c.lo, c.hi) >= 0 {
-		return batchiter.New(&s.gate, nil, opts), nil
+		sc.Init(&s.gate, nil, opts)
+		return sc, nil
 	}
 	tctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -71,7 +73,14 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		return nil, fmt.Errorf("tikv: scan: %w", err)
 	}
 	c.snap = s.kvs.GetSnapshot(ts)
-	return batchiter.New(&s.gate, c, opts), nil
+	sc.Init(&s.gate, c, opts)
+	return sc, nil
+}
+
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
 }
 
 // cursor is a scan's batchiter.Source: client-go scanners over one

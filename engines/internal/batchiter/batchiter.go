@@ -60,12 +60,19 @@ var _ kv.Iterator = (*Iterator)(nil)
 // New returns an iterator over src with opts' Limit and BatchSize. A nil
 // src is an empty scan (a range whose start is not before its end).
 func New(gate Gate, src Source, opts kv.ScanOptions) *Iterator {
-	it := &Iterator{gate: gate, src: src, limit: opts.Limit, batch: opts.BatchSize}
+	it := new(Iterator)
+	it.Init(gate, src, opts)
+	return it
+}
+
+// Init is New in place, for an engine that allocates the Iterator together
+// with its Source: one allocation per scan instead of two.
+func (it *Iterator) Init(gate Gate, src Source, opts kv.ScanOptions) {
+	it.gate, it.src, it.limit, it.batch = gate, src, opts.Limit, opts.BatchSize
 	if it.batch <= 0 {
 		it.batch = kv.DefaultBatchPairs
 	}
 	it.done = src == nil
-	return it
 }
 
 // Next returns the next batch of at most BatchSize pairs; an empty one
