@@ -44,22 +44,24 @@
 package badger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v3"
 	"github.com/dgraph-io/badger/v3/options"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
+	"github.com/engramkv/engram/engines/internal/periodic"
 )
 
 // Limits of this adaptor that are tighter than the kv contract's.
@@ -187,11 +189,10 @@ type Store struct {
 	// queue carries Commits to the committer (commitGroup).
 	queue *groupcommit.Queue
 
-	stopGC chan struct{}
-	gcDone chan struct{}
+	// gc runs value-log GC (runGC); nil when off.
+	gc *periodic.Task
 
-	itersMu sync.Mutex
-	iters   map[*iterator]struct{}
+	iters batchiter.Open
 
 	reclaim reclaimer // reclaim.go
 
@@ -199,9 +200,7 @@ type Store struct {
 	// and cleared under the exclusive gate, read under the shared one.
 	load *bulkLoad
 
-	stats struct {
-		batches, groups, conflicts atomic.Uint64
-	}
+	stats groupcommit.Counters
 }
 
 var _ kv.Store = (*Store)(nil)
@@ -291,9 +290,6 @@ func Open(opts Options) (*Store, error) {
 		valueThreshold: bo.ValueThreshold,
 		queue:          groupcommit.NewQueue("badger", maxGroup, 0),
 		conds:          condcache.New(condEntries(opts.ConditionCacheEntries)),
-		stopGC:         make(chan struct{}),
-		gcDone:         make(chan struct{}),
-		iters:          make(map[*iterator]struct{}),
 	}
 	go s.queue.Run(s.commitGroup)
 	interval := opts.GCInterval
@@ -301,9 +297,7 @@ func Open(opts Options) (*Store, error) {
 		interval = defaultGCInterval
 	}
 	if interval > 0 && !opts.InMemory {
-		go s.runGC(interval)
-	} else {
-		close(s.gcDone)
+		s.gc = periodic.Start(interval, s.runGC)
 	}
 	s.startReclaim(interval > 0) // reclaim.go; off with GC
 	return s, nil
@@ -336,24 +330,10 @@ func (s *Store) Size() (int64, error) {
 var _ kv.Sizer = (*Store)(nil)
 
 // Stats counts the work of the committer since Open.
-type Stats struct {
-	// Batches is the number of batches applied (conflicting ones excluded).
-	Batches uint64
-	// Groups is the number of badger transactions written, each one WAL
-	// write and one fsync. Batches/Groups is the group-commit factor.
-	Groups uint64
-	// Conflicts is the number of batches refused with a *kv.ConflictError.
-	Conflicts uint64
-}
+type Stats = groupcommit.Stats
 
 // Stats returns the committer's counters.
-func (s *Store) Stats() Stats {
-	return Stats{
-		Batches:   s.stats.batches.Load(),
-		Groups:    s.stats.groups.Load(),
-		Conflicts: s.stats.conflicts.Load(),
-	}
-}
+func (s *Store) Stats() Stats { return s.stats.Stats() }
 
 // dataKey returns key in the adaptor's namespace.
 func dataKey(key []byte) []byte {
@@ -401,14 +381,7 @@ func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, 
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
+	return []kv.Range{{Start: bytes.Clone(start), End: bytes.Clone(end)}}, nil
 }
 
 // Close waits for in-flight calls and queued commits, stops GC, releases
@@ -429,50 +402,30 @@ func (s *Store) Close() error {
 	// No Commit holds the gate, so none is queued or waiting: closing the
 	// queue lets the committer finish its last group and exit.
 	s.queue.Close()
-	close(s.stopGC)
-	<-s.gcDone
+	s.gc.Stop()
 
-	s.itersMu.Lock()
-	open := make([]*iterator, 0, len(s.iters))
-	for it := range s.iters {
-		open = append(open, it)
-	}
-	s.itersMu.Unlock()
-	for _, it := range open {
-		it.Close()
-	}
+	s.iters.CloseAll()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)
 	}
 	return nil
 }
 
-// runGC reclaims value-log space left by overwritten large values.
-func (s *Store) runGC(interval time.Duration) {
-	defer close(s.gcDone)
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopGC:
+// runGC reclaims value-log space left by overwritten large values, up to
+// maxGCRounds rewrites until one finds nothing worth rewriting.
+func (s *Store) runGC(ctx context.Context) {
+	for range maxGCRounds {
+		err := s.db.RunValueLogGC(defaultGCDiscardRatio)
+		if err != nil {
+			// ErrNoRewrite: nothing worth rewriting; ErrRejected: a GC is
+			// already running or the DB is closing.
+			if !errors.Is(err, badgerdb.ErrNoRewrite) && !errors.Is(err, badgerdb.ErrRejected) {
+				s.log.Warn("value log GC failed", "err", err)
+			}
 			return
-		case <-t.C:
 		}
-		for range maxGCRounds {
-			err := s.db.RunValueLogGC(defaultGCDiscardRatio)
-			if err != nil {
-				// ErrNoRewrite: nothing worth rewriting; ErrRejected: a
-				// GC is already running or the DB is closing.
-				if !errors.Is(err, badgerdb.ErrNoRewrite) && !errors.Is(err, badgerdb.ErrRejected) {
-					s.log.Warn("value log GC failed", "err", err)
-				}
-				break
-			}
-			select {
-			case <-s.stopGC:
-				return
-			default:
-			}
+		if ctx.Err() != nil {
+			return
 		}
 	}
 }

@@ -43,69 +43,10 @@ func TestConformanceInMemory(t *testing.T) {
 }
 
 func TestReopen(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s := openDisk(t, dir)
-	big := bytes.Repeat([]byte("v"), 2<<20) // lands in the value log
-	var ops []kv.Op
-	for i := range 100 {
-		ops = append(ops, kv.Put(fmt.Appendf(nil, "k/%03d", i), fmt.Appendf(nil, "v%d", i)))
-	}
-	ops = append(ops, kv.Put([]byte("big"), big), kv.Put([]byte("!badger!head"), []byte("mine")), kv.Put([]byte("empty"), nil))
-	if err := s.Commit(ctx, ops); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Commit(ctx, []kv.Op{kv.Delete([]byte("k/050")), kv.CompareAndSwap([]byte("k/051"), []byte("v51"), []byte("x"))}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-
-	s = openDisk(t, dir)
-	defer s.Close()
-	check := func(k string, want []byte) {
-		t.Helper()
-		got, err := s.Get(ctx, []byte(k))
-		if want == nil {
-			if !errors.Is(err, kv.ErrNotFound) {
-				t.Errorf("Get(%q) after reopen = %q, %v; want ErrNotFound", k, got, err)
-			}
-			return
-		}
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("Get(%q) after reopen = %.20q, %v; want %.20q", k, got, err, want)
-		}
-	}
-	check("k/000", []byte("v0"))
-	check("k/099", []byte("v99"))
-	check("k/050", nil)
-	check("k/051", []byte("x"))
-	check("big", big)
-	check("!badger!head", []byte("mine"))
-	check("empty", []byte{})
-	it, err := s.Scan(ctx, kv.ScanOptions{Start: []byte("k/"), End: []byte("k0")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	n := 0
-	for {
-		b, err := it.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) == 0 {
-			break
-		}
-		n += len(b)
-	}
-	if n != 99 {
-		t.Errorf("scan after reopen: %d keys, want 99", n)
-	}
-	if _, err := Open(Options{Dir: dir}); err == nil {
-		t.Errorf("second Open of a directory in use succeeded")
-	}
+	enginetest.Reopen(t, t.TempDir(), func(dir string) (kv.Store, error) { return Open(Options{Dir: dir}) }, map[string][]byte{
+		"big":          bytes.Repeat([]byte("v"), 2<<20), // lands in the value log
+		"!badger!head": []byte("mine"),
+	})
 }
 
 // TestGroupSemantics drives commitGroup directly (enginetest.GroupSemantics).

@@ -145,31 +145,13 @@ func (s *Store) tryGroup(members []*groupcommit.Request) int {
 	var err error
 	if writes > 0 {
 		err = txn.Commit()
-		s.stats.groups.Add(1)
 	}
 	s.conds.Settle(err == nil)
-	for _, r := range members {
-		switch {
-		case err != nil && (r.Result == nil || isConflict(r.Result)):
-			// A conflict was judged against writes that did not land, so
-			// it is void too; the batch simply was not applied.
-			r.Result = commitError(err)
-		case r.Result == nil:
-			s.stats.batches.Add(1)
-		case isConflict(r.Result):
-			s.stats.conflicts.Add(1)
-		}
-		r.Reply()
-	}
+	s.stats.Answer(members, writes > 0, err, commitError)
 	if err != nil {
 		s.log.Error("group commit failed", "batches", len(members), "err", err)
 	}
 	return -1
-}
-
-func isConflict(err error) bool {
-	_, ok := kv.AsConflict(err)
-	return ok
 }
 
 // commitError classifies a failed badger commit. Errors badger returns

@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 
 	badgerdb "github.com/dgraph-io/badger/v3"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 )
 
 // Scan opens an iterator over a read-only transaction, which is the
@@ -19,27 +19,22 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	it := &iterator{
-		store:   s,
+	sc := &scan{c: cursor{
 		reverse: opts.Reverse,
-		limit:   opts.Limit,
-		batch:   opts.BatchSize,
 		// Copying only the prefix is what makes counting cheap.
 		valuePrefix: opts.ValuePrefix,
 		start:       dataKey(opts.Start),
-	}
-	if it.batch <= 0 {
-		it.batch = kv.DefaultBatchPairs
-	}
+	}}
+	c := &sc.c
 	if len(opts.End) > 0 {
-		it.end = dataKey(opts.End)
-		if bytes.Compare(it.start, it.end) >= 0 {
-			it.done = true
-			return it, nil
+		c.end = dataKey(opts.End)
+		if bytes.Compare(c.start, c.end) >= 0 {
+			sc.Init((*readGate)(s), nil, opts)
+			return sc, nil
 		}
 	}
-	it.txn = s.db.NewTransaction(false)
-	it.iter = it.txn.NewIterator(badgerdb.IteratorOptions{
+	c.txn = s.db.NewTransaction(false)
+	c.iter = c.txn.NewIterator(badgerdb.IteratorOptions{
 		// Values are copied one by one into the batch; prefetching would
 		// only add goroutines and copies.
 		PrefetchValues: false,
@@ -47,7 +42,7 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		// Badger leaves out tables whose keys cannot share the prefix, so
 		// a scan of one resource's keys merges only the tables that may
 		// hold them.
-		Prefix: commonPrefix(it.start, it.end),
+		Prefix: commonPrefix(c.start, c.end),
 		// Forward scans see every version, deleted ones included, and
 		// stop at End themselves. Without it, badger skips deleted keys
 		// inside Next, before the bound can be checked: a scan whose
@@ -59,37 +54,53 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 		AllVersions: !opts.Reverse,
 	})
 	if opts.Reverse {
-		if it.end == nil {
+		if c.end == nil {
 			// Reverse Seek finds the last key <= its argument: the first
 			// key past the data namespace lands on the last data key.
-			it.iter.Seek([]byte{dataPrefix + 1})
+			c.iter.Seek([]byte{dataPrefix + 1})
 		} else {
-			it.iter.Seek(it.end)
-			if it.iter.Valid() && bytes.Equal(it.iter.Item().Key(), it.end) {
-				it.iter.Next() // End is exclusive
+			c.iter.Seek(c.end)
+			if c.iter.Valid() && bytes.Equal(c.iter.Item().Key(), c.end) {
+				c.iter.Next() // End is exclusive
 			}
 		}
 	} else {
-		it.iter.Seek(it.start)
+		c.iter.Seek(c.start)
 	}
-	s.itersMu.Lock()
-	s.iters[it] = struct{}{}
-	s.itersMu.Unlock()
-	return it, nil
+	sc.Init((*readGate)(s), c, opts)
+	s.iters.Add(&sc.Iterator)
+	return sc, nil
 }
 
-type iterator struct {
-	store *Store
-	// mu serialises Next and Close, which may race (Close from Store.Close).
-	mu         sync.Mutex
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
+}
+
+// readGate is the Store as a batchiter.Gate: an iterator reads only while
+// the store is usable, and holds off Close while it does.
+type readGate Store
+
+func (g *readGate) Enter() error {
+	s := (*Store)(g)
+	s.gate.RLock()
+	if err := s.usable(); err != nil {
+		s.gate.RUnlock()
+		return err
+	}
+	return nil
+}
+
+func (g *readGate) Exit() { g.gate.RUnlock() }
+
+// cursor is a scan's batchiter.Source: a badger iterator over the
+// snapshot, in the data namespace.
+type cursor struct {
 	txn        *badgerdb.Txn
 	iter       *badgerdb.Iterator
 	start, end []byte // in the data namespace; end nil when unbounded
 	reverse    bool
-	limit      int
-	batch      int
-	yielded    int
-	done       bool
 	// valuePrefix > 0 truncates values (kv.ScanOptions.ValuePrefix).
 	valuePrefix int
 	// lastKey is the key of the previous version a forward scan saw (seen
@@ -111,87 +122,46 @@ func commonPrefix(start, end []byte) []byte {
 	return start[:n:n]
 }
 
-func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
-	s := it.store
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if err := s.usable(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if it.done {
-		return nil, nil
-	}
-	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
-	for ; !b.Full(); it.iter.Next() {
-		if !it.iter.Valid() {
-			it.finish()
-			break
+func (c *cursor) Fill(b *kv.Batch, _ int) (bool, error) {
+	for ; !b.Full(); c.iter.Next() {
+		if !c.iter.Valid() {
+			return true, nil
 		}
-		item := it.iter.Item()
+		item := c.iter.Item()
 		k := item.Key()
-		if (it.reverse && bytes.Compare(k, it.start) < 0) || (!it.reverse && it.end != nil && bytes.Compare(k, it.end) >= 0) {
-			it.finish()
-			break
+		if (c.reverse && bytes.Compare(k, c.start) < 0) || (!c.reverse && c.end != nil && bytes.Compare(k, c.end) >= 0) {
+			return true, nil
 		}
-		if !it.reverse {
+		if !c.reverse {
 			// Versions of a key come newest first: the first one decides
 			// whether the key exists in this snapshot, the rest are
 			// history badger has not compacted away yet.
-			if it.seen && bytes.Equal(k, it.lastKey) {
+			if c.seen && bytes.Equal(k, c.lastKey) {
 				continue
 			}
-			it.lastKey = append(it.lastKey[:0], k...)
-			it.seen = true
+			c.lastKey = append(c.lastKey[:0], k...)
+			c.seen = true
 			if item.IsDeletedOrExpired() {
 				continue
 			}
 		}
 		k = k[1:] // strip the namespace
 		err := item.Value(func(v []byte) error {
-			if it.valuePrefix > 0 && len(v) > it.valuePrefix {
-				v = v[:it.valuePrefix]
+			if c.valuePrefix > 0 && len(v) > c.valuePrefix {
+				v = v[:c.valuePrefix]
 			}
 			b.Add(k, v)
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("badger: scan: read value of %q: %w", k, err)
+			return false, fmt.Errorf("badger: scan: read value of %q: %w", k, err)
 		}
 	}
-	it.yielded += b.Len()
-	if it.limit > 0 && it.yielded >= it.limit {
-		it.finish()
-	}
-	return b.Pairs(), nil
+	return false, nil
 }
 
-// finish releases the snapshot; it.mu is held.
-func (it *iterator) finish() {
-	it.done = true
-	if it.txn == nil {
-		return
-	}
-	it.iter.Close()
-	it.txn.Discard()
-	it.iter, it.txn = nil, nil
-	// Unregister last, so Store.Close never closes the database while an
-	// iterator it cannot see still holds engine resources.
-	s := it.store
-	s.itersMu.Lock()
-	delete(s.iters, it)
-	s.itersMu.Unlock()
-}
-
-// Close releases the snapshot. It is safe to call more than once, and
-// after the store is closed.
-func (it *iterator) Close() error {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	it.finish()
-	return nil
+func (c *cursor) Release() {
+	c.iter.Close()
+	c.txn.Discard()
+	c.iter, c.txn = nil, nil
 }

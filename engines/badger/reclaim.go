@@ -122,7 +122,7 @@ func (s *Store) runReclaim() {
 	defer close(s.reclaim.done)
 	t := time.NewTicker(reclaimCheck)
 	defer t.Stop()
-	checks := reclaimChecks{last: s.reclaim.deletes.Load(), lastBatches: s.stats.batches.Load()}
+	checks := reclaimChecks{last: s.reclaim.deletes.Load(), lastBatches: s.stats.Batches()}
 	// waitTs is badger's last commit when a due reclamation found writes
 	// flowing; 0 when none is waiting.
 	var (
@@ -135,7 +135,7 @@ func (s *Store) runReclaim() {
 			return
 		case <-t.C:
 		}
-		due, busy := checks.check(s.reclaim.deletes.Load(), s.stats.batches.Load(), s.reclaim.pending.Load(), s.reclaimDue)
+		due, busy := checks.check(s.reclaim.deletes.Load(), s.stats.Batches(), s.reclaim.pending.Load(), s.reclaimDue)
 		if !due {
 			waitTs, waited = 0, 0
 			continue

@@ -6,20 +6,8 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/enginetest"
 )
-
-// diskUse is the allocated size of every file under dir, as Size
-// measures it (diskuse.Allocated).
-func diskUse(t *testing.T, dir string) int64 {
-	t.Helper()
-	n, err := diskuse.Allocated(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 // TestReclaimShrinksDisk deletes most of what was written, as a compaction
 // of history does, and checks that Reclaim gives the space back while the
@@ -35,24 +23,16 @@ func TestReclaimShrinksDisk(t *testing.T) {
 	defer s.Close()
 	const total, live = 60_000, 2_000
 	enginetest.WriteRevisions(t, s, 0, total)
-	for i := live; i < total; i += 5000 {
-		var ops []kv.Op
-		for j := i; j < min(i+5000, total); j++ {
-			ops = append(ops, kv.Delete(enginetest.RevKey(j)))
-		}
-		if err := s.Commit(ctx, ops); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enginetest.DeleteRevisions(t, s, live, total)
 	if !s.reclaimDue(s.reclaim.deletes.Load()) {
 		t.Errorf("%d deletes of %d keys do not make a reclamation due", total-live, total)
 	}
-	before := diskUse(t, dir)
+	before := enginetest.DiskUse(t, dir)
 	if err := s.Reclaim(ctx); err != nil {
 		t.Fatal(err)
 	}
-	after := diskUse(t, dir)
-	liveBytes := int64(live * (len(enginetest.RevKey(0)) + 512))
+	after := enginetest.DiskUse(t, dir)
+	liveBytes := enginetest.RevBytes(live)
 	t.Logf("disk before %d, after %d bytes; live data %d bytes", before, after, liveBytes)
 	if after > before/4 || after > 3*liveBytes {
 		t.Errorf("disk after reclaiming is %d bytes (before %d, live data %d)", after, before, liveBytes)
@@ -60,16 +40,7 @@ func TestReclaimShrinksDisk(t *testing.T) {
 	if s.reclaimDue(s.reclaim.deletes.Load()) {
 		t.Error("a reclamation is still due right after one")
 	}
-	for _, i := range []int{0, live - 1} {
-		if _, err := s.Get(ctx, enginetest.RevKey(i)); err != nil {
-			t.Errorf("live key %d: %v", i, err)
-		}
-	}
-	for _, i := range []int{live, total - 1} {
-		if _, err := s.Get(ctx, enginetest.RevKey(i)); !errors.Is(err, kv.ErrNotFound) {
-			t.Errorf("deleted key %d: got %v, want ErrNotFound", i, err)
-		}
-	}
+	enginetest.CheckRevisions(t, s, live, total)
 	// The flush marker lives outside the data namespace and is gone.
 	it, err := s.Scan(ctx, kv.ScanOptions{})
 	if err != nil {

@@ -8,7 +8,8 @@
 // kv.Sizer (the bytes of the keys and values it holds, so the quota guards
 // its memory) and kv.Reclaimer (with nothing to give back). It must stay a
 // faithful implementation of the kv contract, depending on nothing beyond
-// core/kv and internal/btree, because the core's tests and benchmarks use
+// core/kv, internal/btree and engines/internal/batchiter (the iterator the
+// compiled-in engines share), because the core's tests and benchmarks use
 // it as the reference adaptor; it must not grow durability, eviction or
 // any behaviour the contract does not ask for.
 package memkv
@@ -21,6 +22,7 @@ import (
 	"sync/atomic"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 	"github.com/engramkv/engram/internal/btree"
 )
 
@@ -137,32 +139,32 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	if s.closed.Load() {
 		return nil, kv.ErrClosed
 	}
-	it := &iterator{
-		store:   s,
-		limit:   opts.Limit,
-		batch:   opts.BatchSize,
-		reverse: opts.Reverse,
-	}
-	if it.batch <= 0 {
-		it.batch = kv.DefaultBatchPairs
-	}
+	sc := &scan{c: cursor{reverse: opts.Reverse}}
+	c := &sc.c
 	if len(opts.End) > 0 {
-		it.end = append([]byte{}, opts.End...)
+		c.end = append([]byte{}, opts.End...)
 	}
 	if len(opts.Start) > 0 {
-		it.start = append([]byte{}, opts.Start...)
+		c.start = append([]byte{}, opts.Start...)
 	}
-	if it.end != nil && bytes.Compare(it.start, it.end) >= 0 {
-		it.done = true
-		return it, nil
+	if c.end != nil && bytes.Compare(c.start, c.end) >= 0 {
+		sc.Init((*readGate)(s), nil, opts)
+		return sc, nil
 	}
 	v := *s.published.Load()
 	if opts.Reverse {
-		it.cur.SeekLT(v, it.end)
+		c.cur.SeekLT(v, c.end)
 	} else {
-		it.cur.SeekGE(v, it.start)
+		c.cur.SeekGE(v, c.start)
 	}
-	return it, nil
+	sc.Init((*readGate)(s), c, opts)
+	return sc, nil
+}
+
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
 }
 
 // Partitions returns the whole range: memkv does not split, so it does
@@ -201,62 +203,43 @@ func (s *Store) Size() (int64, error) {
 
 var _ kv.Sizer = (*Store)(nil)
 
-type iterator struct {
-	store *Store
-	// mu makes the iterator safe to share, as the contract asks of every
-	// method; it is uncontended in normal use.
-	mu         sync.Mutex
+// readGate is the Store as a batchiter.Gate: a closed store is not read.
+// Nothing needs holding off: Close drops the tree, not the versions open
+// scans read.
+type readGate Store
+
+func (g *readGate) Enter() error {
+	if g.closed.Load() {
+		return kv.ErrClosed
+	}
+	return nil
+}
+
+func (g *readGate) Exit() {}
+
+// cursor is a scan's batchiter.Source: a cursor over the version that was
+// published when the scan began.
+type cursor struct {
 	cur        btree.Cursor
 	start, end []byte
 	reverse    bool
-	limit      int // pairs still allowed when > 0
-	batch      int
-	yielded    int
-	done       bool
 }
 
-func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
-	if it.store.closed.Load() {
-		return nil, kv.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if it.done {
-		return nil, nil
-	}
-	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
+func (c *cursor) Fill(b *kv.Batch, _ int) (bool, error) {
 	for !b.Full() {
-		e, ok := it.cur.Next()
-		if ok && it.reverse {
-			ok = bytes.Compare(e.Key, it.start) >= 0
-		} else if ok && it.end != nil {
-			ok = bytes.Compare(e.Key, it.end) < 0
+		e, ok := c.cur.Next()
+		if ok && c.reverse {
+			ok = bytes.Compare(e.Key, c.start) >= 0
+		} else if ok && c.end != nil {
+			ok = bytes.Compare(e.Key, c.end) < 0
 		}
 		if !ok {
-			it.finish()
-			break
+			return true, nil
 		}
 		b.Add(e.Key, e.Value)
 	}
-	it.yielded += b.Len()
-	if it.limit > 0 && it.yielded >= it.limit {
-		it.finish()
-	}
-	return b.Pairs(), nil
+	return false, nil
 }
 
-// finish ends the iteration and lets the snapshot go.
-func (it *iterator) finish() {
-	it.done = true
-	it.cur.Reset()
-}
-
-func (it *iterator) Close() error {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	it.finish()
-	return nil
-}
+// Release lets the version go.
+func (c *cursor) Release() { c.cur.Reset() }

@@ -24,11 +24,10 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 		req.Size += int64(len(op.Key) + len(op.Value))
 	}
 
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return err
 	}
+	defer s.gate.Exit()
 	if len(ops) == 0 {
 		return nil
 	}
@@ -100,22 +99,9 @@ func (c *committer) commitGroup(group []*groupcommit.Request) {
 		// is fatal to pebble (pebbleLogger.Fatalf), never an uncertain
 		// outcome handed back.
 		err = s.db.Apply(b, pebbledb.Sync)
-		s.stats.groups.Add(1)
 	}
 	c.conds.Settle(err == nil)
-	for _, r := range c.members {
-		switch {
-		case err != nil && (r.Result == nil || isConflict(r.Result)):
-			// A conflict was judged against writes that did not land, so
-			// it is void too; the batch simply was not applied.
-			r.Result = fmt.Errorf("pebble: commit not applied: %w", err)
-		case r.Result == nil:
-			s.stats.batches.Add(1)
-		case isConflict(r.Result):
-			s.stats.conflicts.Add(1)
-		}
-		r.Reply()
-	}
+	s.stats.Answer(c.members, !b.Empty(), err, notApplied)
 	if err != nil {
 		s.log.Error("group commit failed", "batches", len(c.members), "err", err)
 	}
@@ -123,10 +109,8 @@ func (c *committer) commitGroup(group []*groupcommit.Request) {
 	clear(c.members)
 }
 
-func isConflict(err error) bool {
-	_, ok := kv.AsConflict(err)
-	return ok
-}
+// notApplied is the result of a batch whose group pebble refused to write.
+func notApplied(err error) error { return fmt.Errorf("pebble: commit not applied: %w", err) }
 
 // checkConditions evaluates a batch's conditions in op order against the
 // database plus the group's earlier batches. Keys are distinct within a

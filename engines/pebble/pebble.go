@@ -39,21 +39,23 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
+	"github.com/engramkv/engram/engines/internal/gate"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
 )
 
@@ -137,21 +139,17 @@ type Store struct {
 	// exclusively by Close, so Close waits for in-flight calls (including
 	// Commits waiting for their group's fsync) and nothing touches the
 	// engine after it is closed (pebble panics on a closed DB).
-	gate   sync.RWMutex
-	closed bool
+	gate gate.Gate
 
 	// queue carries Commits to the committer (commit.go).
 	queue *groupcommit.Queue
 
-	itersMu sync.Mutex
-	iters   map[*iterator]struct{}
+	iters batchiter.Open
 
 	// reclaimMu makes Reclaims one at a time.
 	reclaimMu sync.Mutex
 
-	stats struct {
-		batches, groups, conflicts atomic.Uint64
-	}
+	stats groupcommit.Counters
 }
 
 var (
@@ -216,7 +214,6 @@ func Open(opts Options) (*Store, error) {
 		dir:   opts.Dir,
 		log:   logger,
 		queue: groupcommit.NewQueue("pebble", maxGroup, maxGroupBytes),
-		iters: make(map[*iterator]struct{}),
 	}
 	entries := opts.ConditionCacheEntries
 	if entries == 0 {
@@ -236,11 +233,10 @@ func (s *Store) Features() kv.Features {
 // blocks, see package diskuse); Status reports it as DbSize and the quota
 // counts it.
 func (s *Store) Size() (int64, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return 0, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return 0, err
 	}
+	defer s.gate.Exit()
 	return s.sizeLocked()
 }
 
@@ -254,32 +250,17 @@ func (s *Store) sizeLocked() (int64, error) {
 }
 
 // Stats counts the work of the committer since Open.
-type Stats struct {
-	// Batches is the number of batches applied (conflicting ones excluded).
-	Batches uint64
-	// Groups is the number of pebble batches written, each one WAL write
-	// and one fsync. Batches/Groups is the group-commit factor.
-	Groups uint64
-	// Conflicts is the number of batches refused with a *kv.ConflictError.
-	Conflicts uint64
-}
+type Stats = groupcommit.Stats
 
 // Stats returns the committer's counters.
-func (s *Store) Stats() Stats {
-	return Stats{
-		Batches:   s.stats.batches.Load(),
-		Groups:    s.stats.groups.Load(),
-		Conflicts: s.stats.conflicts.Load(),
-	}
-}
+func (s *Store) Stats() Stats { return s.stats.Stats() }
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	if len(key) == 0 {
 		return nil, kv.ErrNotFound // no such key can have been stored
 	}
@@ -301,47 +282,27 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 // Partitions returns the whole range: the core does not need split points
 // at the sizes an embedded engine serves, so the feature is not declared.
 func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
-	return []kv.Range{{Start: clone(start), End: clone(end)}}, nil
-}
-
-func clone(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
+	defer s.gate.Exit()
+	return []kv.Range{{Start: bytes.Clone(start), End: bytes.Clone(end)}}, nil
 }
 
 // Close waits for in-flight calls and queued commits, releases open
 // iterators and closes the database. Later calls return kv.ErrClosed.
 func (s *Store) Close() error {
-	s.gate.Lock()
-	defer s.gate.Unlock()
-	if s.closed {
-		return kv.ErrClosed
-	}
-	s.closed = true
-	// No Commit holds the gate, so none is queued or waiting: closing the
-	// queue lets the committer finish its last group and exit.
-	s.queue.Close()
+	return s.gate.Close(func() error {
+		// No Commit holds the gate, so none is queued or waiting: closing
+		// the queue lets the committer finish its last group and exit.
+		s.queue.Close()
 
-	s.itersMu.Lock()
-	open := make([]*iterator, 0, len(s.iters))
-	for it := range s.iters {
-		open = append(open, it)
-	}
-	s.itersMu.Unlock()
-	for _, it := range open {
-		it.Close()
-	}
-	if err := s.db.Close(); err != nil {
-		return fmt.Errorf("pebble: close: %w", err)
-	}
-	return nil
+		s.iters.CloseAll()
+		if err := s.db.Close(); err != nil {
+			return fmt.Errorf("pebble: close: %w", err)
+		}
+		return nil
+	})
 }
 
 // pebbleLogger routes pebble's logging into slog. Pebble reports routine

@@ -28,11 +28,10 @@ var (
 // keeps the tables it reads until it is closed). ctx is checked before the
 // compaction starts and handed to pebble.
 func (s *Store) Reclaim(ctx context.Context) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return err
 	}
+	defer s.gate.Exit()
 	s.reclaimMu.Lock()
 	defer s.reclaimMu.Unlock()
 	if err := ctx.Err(); err != nil {

@@ -6,18 +6,8 @@ import (
 	"testing"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/enginetest"
 )
-
-func diskUse(t *testing.T, dir string) int64 {
-	t.Helper()
-	n, err := diskuse.Allocated(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 // TestReclaimShrinksDisk deletes most of what was written, as a compaction
 // of history does, and checks that Reclaim gives the tables' space back
@@ -29,15 +19,7 @@ func TestReclaimShrinksDisk(t *testing.T) {
 	defer s.Close()
 	const total, live = 60_000, 2_000
 	enginetest.WriteRevisions(t, s, 0, total)
-	for i := live; i < total; i += 5000 {
-		var ops []kv.Op
-		for j := i; j < min(i+5000, total); j++ {
-			ops = append(ops, kv.Delete(enginetest.RevKey(j)))
-		}
-		if err := s.Commit(ctx, ops); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enginetest.DeleteRevisions(t, s, live, total)
 	if err := s.Reclaim(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -45,21 +27,12 @@ func TestReclaimShrinksDisk(t *testing.T) {
 	// written. (The directory also holds the WAL files pebble preallocates
 	// and recycles, which do not depend on what was deleted.)
 	after := s.tablesSize()
-	liveBytes := int64(live * (len(enginetest.RevKey(0)) + 512))
-	t.Logf("tables after reclaiming %d bytes; live data %d bytes; directory %d bytes", after, liveBytes, diskUse(t, dir))
+	liveBytes := enginetest.RevBytes(live)
+	t.Logf("tables after reclaiming %d bytes; live data %d bytes; directory %d bytes", after, liveBytes, enginetest.DiskUse(t, dir))
 	if after == 0 || after > 2*liveBytes {
 		t.Errorf("tables after reclaiming take %d bytes (live data %d)", after, liveBytes)
 	}
-	for _, i := range []int{0, live - 1} {
-		if _, err := s.Get(ctx, enginetest.RevKey(i)); err != nil {
-			t.Errorf("live key %d: %v", i, err)
-		}
-	}
-	for _, i := range []int{live, total - 1} {
-		if _, err := s.Get(ctx, enginetest.RevKey(i)); !errors.Is(err, kv.ErrNotFound) {
-			t.Errorf("deleted key %d: got %v, want ErrNotFound", i, err)
-		}
-	}
+	enginetest.CheckRevisions(t, s, live, total)
 	it, err := s.Scan(ctx, kv.ScanOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -111,11 +111,10 @@ func (s *Store) Commit(ctx context.Context, ops []kv.Op) error {
 	if err := kv.ValidateBatch(ops); err != nil {
 		return fmt.Errorf("tikv: commit refused: %w", err)
 	}
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return err
 	}
+	defer s.gate.Exit()
 	if len(ops) == 0 {
 		return nil
 	}

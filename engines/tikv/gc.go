@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/tikv/client-go/v2/oracle"
-
-	"github.com/engramkv/engram/core/kv"
 )
 
 // gcServiceIDPrefix names the PD service safe point a Store registers; the
@@ -28,11 +26,10 @@ const gcServiceIDPrefix = "engram-"
 // cluster's safe point past that minimum. Before advancing it, client-go
 // resolves every lock older than the safe point, cluster-wide.
 func (s *Store) GC(ctx context.Context, lifeTime time.Duration) (uint64, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return 0, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return 0, err
 	}
+	defer s.gate.Exit()
 	return s.gcOnce(ctx, lifeTime)
 }
 
@@ -40,37 +37,18 @@ func (s *Store) gcServiceID() string {
 	return gcServiceIDPrefix + hex.EncodeToString(s.prefix)
 }
 
-// runGC calls GC every interval until Close.
-func (s *Store) runGC(interval, lifeTime time.Duration) {
-	defer close(s.gcDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		// Close must not wait for a cluster-wide lock scan to finish.
-		select {
-		case <-s.stopGC:
-			cancel()
-		case <-ctx.Done():
+// runGC is one round of the periodic GC. Stopping it cancels ctx: Close
+// must not wait for a cluster-wide lock scan to finish.
+func (s *Store) runGC(ctx context.Context, lifeTime time.Duration) {
+	start := time.Now()
+	sp, err := s.gcOnce(ctx, lifeTime)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.log.Warn("TiKV GC failed", "err", err)
 		}
-	}()
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stopGC:
-			return
-		case <-t.C:
-		}
-		start := time.Now()
-		sp, err := s.gcOnce(ctx, lifeTime)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("TiKV GC failed", "err", err)
-			}
-			continue
-		}
-		s.log.Debug("TiKV GC done", "safe-point", oracle.GetTimeFromTS(sp), "took", time.Since(start))
+		return
 	}
+	s.log.Debug("TiKV GC done", "safe-point", oracle.GetTimeFromTS(sp), "took", time.Since(start))
 }
 
 // gcOnce is GC without the gate: Close stops runGC before it closes the

@@ -191,7 +191,7 @@ func TestGCLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-s.gcDone:
+	case <-s.gc.Done():
 	default:
 		t.Error("GC loop still running after Close")
 	}

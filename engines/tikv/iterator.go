@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/tikv/client-go/v2/txnkv/txnsnapshot"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/batchiter"
 )
 
 // How many pairs one TiKV scan request asks for. The caller's BatchSize
@@ -50,25 +50,21 @@ type scanner interface {
 // so every Commit that returned before Scan is visible and none that
 // starts after it is. The TiKV scan itself starts on the first Next.
 func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
-	it := &iterator{
-		store:   s,
+	defer s.gate.Exit()
+	sc := &scan{c: cursor{
 		reverse: opts.Reverse,
 		limit:   opts.Limit,
-		batch:   opts.BatchSize,
 		lo:      s.dataKey(opts.Start),
 		hi:      s.rangeEnd(opts.End),
-	}
-	if it.batch <= 0 {
-		it.batch = kv.DefaultBatchPairs
-	}
-	if bytes.Compare(it.lo, it.hi) >= 0 {
-		it.done = true
-		return it, nil
+		strip:   len(s.prefix),
+	}}
+	c := &sc.c
+	if bytes.Compare(c.lo, c.hi) >= 0 {
+		sc.Init(&s.gate, nil, opts)
+		return sc, nil
 	}
 	tctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -76,24 +72,28 @@ func (s *Store) Scan(ctx context.Context, opts kv.ScanOptions) (kv.Iterator, err
 	if err != nil {
 		return nil, fmt.Errorf("tikv: scan: %w", err)
 	}
-	it.snap = s.kvs.GetSnapshot(ts)
-	return it, nil
+	c.snap = s.kvs.GetSnapshot(ts)
+	sc.Init(&s.gate, c, opts)
+	return sc, nil
 }
 
-type iterator struct {
-	store *Store
-	// mu serialises Next and Close.
-	mu      sync.Mutex
+// scan is a scan's iterator and its cursor, allocated together.
+type scan struct {
+	batchiter.Iterator
+	c cursor
+}
+
+// cursor is a scan's batchiter.Source: client-go scanners over one
+// snapshot, reopened as the pairs' size asks.
+type cursor struct {
 	snap    *txnsnapshot.KVSnapshot
 	lo, hi  []byte // TiKV bounds of the scan, inside the namespace
+	strip   int    // the namespace's length, cut from the keys yielded
 	reverse bool
 	limit   int
-	batch   int
-	yielded int
-	done    bool
 	err     error // sticky: a failed TiKV scan is not resumed
 
-	// scan is the open client-go scanner, nil before the first Next and
+	// scan is the open client-go scanner, nil before the first Fill and
 	// while a resize is pending; it requests scanBatch pairs at a time.
 	scan      scanner
 	scanBatch int
@@ -104,64 +104,42 @@ type iterator struct {
 	pairSize int
 }
 
-// Next returns the next batch, copied out of client-go's buffers.
+// Fill adds the next pairs, copied out of client-go's buffers.
 //
 // client-go's scanner does not take a context: a Next blocked on an
 // unreachable TiKV ends when client-go's scan backoff budget (20s) runs
 // out, not when ctx does. ctx is checked before the scan starts.
-func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
-	s := it.store
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+func (c *cursor) Fill(b *kv.Batch, yielded int) (bool, error) {
+	if c.err != nil {
+		return false, c.err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	if it.err != nil {
-		return nil, it.err
-	}
-	if it.done {
-		return nil, nil
-	}
-	b := kv.NewBatch(kv.BatchWant(kv.ScanOptions{BatchSize: it.batch, Limit: it.limit}, it.yielded))
-	strip := len(s.prefix)
 	for !b.Full() {
-		if err := it.ensureOpen(it.yielded + b.Len()); err != nil {
-			return nil, it.fail(err)
+		if err := c.ensureOpen(yielded + b.Len()); err != nil {
+			return false, c.fail(err)
 		}
-		if !it.scan.Valid() {
-			it.finish()
-			break
+		if !c.scan.Valid() {
+			return true, nil
 		}
-		k := it.scan.Key()
+		k := c.scan.Key()
 		// The forward scan stops at hi by itself; the reverse one runs
 		// towards the start of the keyspace and must be stopped at lo.
-		if it.reverse && bytes.Compare(k, it.lo) < 0 {
-			it.finish()
-			break
+		if c.reverse && bytes.Compare(k, c.lo) < 0 {
+			return true, nil
 		}
-		v, err := decodeValue(it.scan.Value())
+		v, err := decodeValue(c.scan.Value())
 		if err != nil {
-			return nil, it.fail(fmt.Errorf("key %q: %w", k, err))
+			return false, c.fail(fmt.Errorf("key %q: %w", k, err))
 		}
-		it.last = append(it.last[:0], k...)
-		b.Add(k[strip:], v)
-		if it.resize(len(k)+len(v), it.yielded+b.Len()) {
+		c.last = append(c.last[:0], k...)
+		b.Add(k[c.strip:], v)
+		if c.resize(len(k)+len(v), yielded+b.Len()) {
 			continue // reopened after this pair by ensureOpen
 		}
-		if err := it.scan.Next(); err != nil {
-			return nil, it.fail(err)
+		if err := c.scan.Next(); err != nil {
+			return false, c.fail(err)
 		}
 	}
-	it.yielded += b.Len()
-	if it.limit > 0 && it.yielded >= it.limit {
-		it.finish()
-	}
-	return b.Pairs(), nil
+	return false, nil
 }
 
 // resize folds one pair's size into the average (weight 1/8, so a run
@@ -169,31 +147,31 @@ func (it *iterator) Next(ctx context.Context) ([]kv.Pair, error) {
 // that implies has drifted too far from the current one, it drops the
 // scanner before it fetches again and reports true; ensureOpen then
 // reopens the scan after the last pair with the new size.
-func (it *iterator) resize(size, yielded int) bool {
-	if it.pairSize == 0 {
-		it.pairSize = size
+func (c *cursor) resize(size, yielded int) bool {
+	if c.pairSize == 0 {
+		c.pairSize = size
 	} else {
-		it.pairSize += (size - it.pairSize) / 8
+		c.pairSize += (size - c.pairSize) / 8
 	}
-	want := it.wantBatch(yielded)
-	if want*resizeFactor <= it.scanBatch || (want >= resizeFactor*it.scanBatch && it.scanBatch < maxScanBatch) {
-		it.scan.Close()
-		it.scan = nil
+	want := c.wantBatch(yielded)
+	if want*resizeFactor <= c.scanBatch || (want >= resizeFactor*c.scanBatch && c.scanBatch < maxScanBatch) {
+		c.scan.Close()
+		c.scan = nil
 		return true
 	}
 	return false
 }
 
 // wantBatch is the request size for the pairs after the first yielded.
-func (it *iterator) wantBatch(yielded int) int {
+func (c *cursor) wantBatch(yielded int) int {
 	want := initialScanBatch
-	if it.pairSize > 0 {
-		want = targetScanBytes / it.pairSize
+	if c.pairSize > 0 {
+		want = targetScanBytes / c.pairSize
 	}
-	if it.limit > 0 {
+	if c.limit > 0 {
 		// One more than needed, so that the scanner sees the end of a
 		// limited scan without another round trip.
-		want = min(want, it.limit-yielded+1)
+		want = min(want, c.limit-yielded+1)
 	}
 	// client-go's scanner needs at least 2.
 	return min(max(want, 2), maxScanBatch)
@@ -201,53 +179,44 @@ func (it *iterator) wantBatch(yielded int) int {
 
 // ensureOpen opens the scanner if there is none, after the last pair
 // yielded (yielded counts the pairs already taken, this batch included).
-func (it *iterator) ensureOpen(yielded int) error {
-	if it.scan != nil {
+func (c *cursor) ensureOpen(yielded int) error {
+	if c.scan != nil {
 		return nil
 	}
-	it.scanBatch = it.wantBatch(yielded)
+	c.scanBatch = c.wantBatch(yielded)
 	// The snapshot hands its batch size to each scanner it creates.
-	it.snap.SetScanBatchSize(it.scanBatch)
+	c.snap.SetScanBatchSize(c.scanBatch)
 	var err error
 	switch {
-	case it.reverse && it.last != nil:
-		it.scan, err = it.snap.IterReverse(it.last) // keys < last
-	case it.reverse:
-		it.scan, err = it.snap.IterReverse(it.hi)
-	case it.last != nil:
+	case c.reverse && c.last != nil:
+		c.scan, err = c.snap.IterReverse(c.last) // keys < last
+	case c.reverse:
+		c.scan, err = c.snap.IterReverse(c.hi)
+	case c.last != nil:
 		// The first key after last.
-		it.scan, err = it.snap.Iter(append(bytes.Clone(it.last), 0), it.hi)
+		c.scan, err = c.snap.Iter(append(bytes.Clone(c.last), 0), c.hi)
 	default:
-		it.scan, err = it.snap.Iter(it.lo, it.hi)
+		c.scan, err = c.snap.Iter(c.lo, c.hi)
 	}
 	if err != nil {
-		it.scan = nil
+		c.scan = nil
 	}
 	return err
 }
 
-func (it *iterator) fail(err error) error {
-	it.err = fmt.Errorf("tikv: scan: %w", err)
-	it.finish()
-	return it.err
+// fail makes err the scan's answer from now on and drops the scanner.
+func (c *cursor) fail(err error) error {
+	c.err = fmt.Errorf("tikv: scan: %w", err)
+	c.Release()
+	return c.err
 }
 
-// finish drops the scanner; it.mu is held.
-func (it *iterator) finish() {
-	it.done = true
-	if it.scan != nil {
-		it.scan.Close()
-		it.scan = nil
+// Release drops the scanner. TiKV holds nothing for a snapshot, so this
+// only drops client-go's buffered response.
+func (c *cursor) Release() {
+	if c.scan != nil {
+		c.scan.Close()
+		c.scan = nil
 	}
-	it.snap = nil
-}
-
-// Close releases the iterator. TiKV holds nothing for a snapshot, so this
-// only drops client-go's buffered response. It is safe to call more than
-// once, and after the store is closed.
-func (it *iterator) Close() error {
-	it.mu.Lock()
-	defer it.mu.Unlock()
-	it.finish()
-	return nil
+	c.snap = nil
 }

@@ -15,11 +15,10 @@ import (
 // is not what an operator asks for with `etcdctl defrag`. An operator who
 // wants TiKV's files compacted now runs TiKV's own tool (tikv-ctl compact).
 func (s *Store) Reclaim(ctx context.Context) error {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return err
 	}
+	defer s.gate.Exit()
 	return ctx.Err()
 }
 

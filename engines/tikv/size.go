@@ -79,11 +79,10 @@ type sizeCache struct {
 // asking PD again meanwhile). One measure takes at most five seconds
 // (RequestTimeout if shorter), all PD endpoints together.
 func (s *Store) Size() (int64, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return 0, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return 0, err
 	}
+	defer s.gate.Exit()
 	if s.regionStats == nil {
 		return 0, errors.New("tikv: size: no region statistics source (the store was made by New without Options.RegionStats)")
 	}

@@ -62,7 +62,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +71,8 @@ import (
 	"github.com/tikv/client-go/v2/txnkv/transaction"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/gate"
+	"github.com/engramkv/engram/engines/internal/periodic"
 )
 
 const (
@@ -178,11 +179,10 @@ type Store struct {
 	// gate is held shared by every call that touches the client and
 	// exclusively by Close, so Close waits for in-flight calls and nothing
 	// touches the client after it is closed.
-	gate   sync.RWMutex
-	closed bool
+	gate gate.Gate
 
-	stopGC chan struct{}
-	gcDone chan struct{}
+	// gc runs TiKV's GC (runGC); nil when off.
+	gc *periodic.Task
 	// onClose runs after the client is closed (Open's PD client context).
 	onClose func()
 
@@ -239,8 +239,6 @@ func New(kvs *tikvclient.KVStore, opts Options) (*Store, error) {
 		prefix:         bytes.Clone(opts.Prefix),
 		prefixEnd:      prefixEnd(opts.Prefix),
 		requestTimeout: opts.RequestTimeout,
-		stopGC:         make(chan struct{}),
-		gcDone:         make(chan struct{}),
 		regionStats:    opts.RegionStats,
 		now:            opts.Clock,
 	}
@@ -256,9 +254,7 @@ func New(kvs *tikvclient.KVStore, opts Options) (*Store, error) {
 			life = defaultGCLifeTime
 		}
 		life = max(life, minGCLifeTime)
-		go s.runGC(opts.GCInterval, life)
-	} else {
-		close(s.gcDone)
+		s.gc = periodic.Start(opts.GCInterval, func(ctx context.Context) { s.runGC(ctx, life) })
 	}
 	return s, nil
 }
@@ -299,11 +295,10 @@ func (s *Store) timestamp(ctx context.Context) (uint64, error) {
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	if len(key) == 0 {
 		return nil, kv.ErrNotFound // no such key can have been stored
 	}
@@ -331,11 +326,10 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
 // that hold it, as the region cache knows them. A stale cache only makes
 // the split less even; the ranges always cover [start, end) exactly.
 func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, error) {
-	s.gate.RLock()
-	defer s.gate.RUnlock()
-	if s.closed {
-		return nil, kv.ErrClosed
+	if err := s.gate.Enter(); err != nil {
+		return nil, err
 	}
+	defer s.gate.Exit()
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	lo, hi := s.dataKey(start), s.rangeEnd(end)
@@ -371,17 +365,12 @@ func (s *Store) Partitions(ctx context.Context, start, end []byte) ([]kv.Range, 
 // Close stops GC, waits for in-flight calls and closes the client. Later
 // calls return kv.ErrClosed.
 func (s *Store) Close() error {
-	s.gate.Lock()
-	if s.closed {
-		s.gate.Unlock()
-		return kv.ErrClosed
+	if err := s.gate.Close(nil); err != nil {
+		return err
 	}
-	s.closed = true
-	s.gate.Unlock()
 	// GC runs outside the gate (it can take long); stop it before
 	// closing the client under it.
-	close(s.stopGC)
-	<-s.gcDone
+	s.gc.Stop()
 	err := s.kvs.Close()
 	if s.onClose != nil {
 		s.onClose()

@@ -5,15 +5,17 @@
 // connections are accepted and then held the same way. Tests check with it
 // that a client gives up on a silent server instead of hanging.
 //
-// It owns only the proxy's listener and the connections it accepted and
-// dialled, all on 127.0.0.1, closed when the test ends; it must not sleep
-// or read the wall clock.
+// It owns only the connections it accepted (on internal/tcptest's
+// listener) and dialled, all on 127.0.0.1, closed when the test ends; it
+// must not sleep or read the wall clock.
 package stallproxy
 
 import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/engramkv/engram/internal/tcptest"
 )
 
 // Proxy forwards connections to a target until it stalls.
@@ -32,40 +34,19 @@ type Proxy struct {
 // Start starts a proxy to target for t, closed at t.Cleanup.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, budget: -1, stalled: make(chan struct{}), done: make(chan struct{})}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
+	p := &Proxy{target: target, budget: -1, stalled: make(chan struct{}), done: make(chan struct{})}
+	p.Addr = tcptest.Serve(t, func(c net.Conn, wg *sync.WaitGroup) {
+		if p.track(c) {
+			p.serve(c, wg)
+		}
+	}, func() {
 		close(p.done)
-		_ = ln.Close()
 		p.mu.Lock()
 		for _, c := range p.conns {
 			_ = c.Close()
 		}
 		p.mu.Unlock()
-		wg.Wait()
 	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			if !p.track(c) {
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				p.serve(c, &wg)
-			}()
-		}
-	}()
 	return p
 }
 

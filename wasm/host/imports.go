@@ -154,6 +154,24 @@ func hostNetRead(ctx context.Context, mod api.Module, stack []uint64) {
 	netIO(ctx, mod, stack, true)
 }
 
+// connOf returns the calling instance and its connection h, after the
+// abort check every net import makes. With no caller or no such
+// connection it returns a nil connection, having answered ErrnoClosed in
+// stack; the caller reads its arguments from stack first.
+func connOf(ctx context.Context, stack []uint64, h int32) (*instance, *hostConn) {
+	in := callerOf(ctx)
+	if in == nil {
+		errno(stack, abi.ErrnoClosed)
+		return nil, nil
+	}
+	in.checkAbort()
+	hc := in.conns.get(h)
+	if hc == nil {
+		errno(stack, abi.ErrnoClosed)
+	}
+	return in, hc
+}
+
 func hostNetWrite(ctx context.Context, mod api.Module, stack []uint64) {
 	netIO(ctx, mod, stack, false)
 }
@@ -162,16 +180,9 @@ func hostNetWrite(ctx context.Context, mod api.Module, stack []uint64) {
 // deadline and the caller's cancellation all bound the blocking operation,
 // which works directly on a view of guest memory.
 func netIO(ctx context.Context, mod api.Module, stack []uint64, read bool) {
-	in := callerOf(ctx)
 	h, ptr, n := int32(uint32(stack[0])), uint32(stack[1]), uint32(stack[2])
-	if in == nil {
-		errno(stack, abi.ErrnoClosed)
-		return
-	}
-	in.checkAbort()
-	hc := in.conns.get(h)
+	in, hc := connOf(ctx, stack, h)
 	if hc == nil {
-		errno(stack, abi.ErrnoClosed)
 		return
 	}
 	if n == 0 {
@@ -229,16 +240,9 @@ func hostNetClose(ctx context.Context, _ api.Module, stack []uint64) {
 }
 
 func hostNetSetDeadline(ctx context.Context, _ api.Module, stack []uint64) {
-	in := callerOf(ctx)
 	h, which, ns := int32(uint32(stack[0])), int32(uint32(stack[1])), int64(stack[2])
-	if in == nil {
-		errno(stack, abi.ErrnoClosed)
-		return
-	}
-	in.checkAbort()
-	hc := in.conns.get(h)
+	_, hc := connOf(ctx, stack, h)
 	if hc == nil {
-		errno(stack, abi.ErrnoClosed)
 		return
 	}
 	if ns < 0 {

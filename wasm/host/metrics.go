@@ -20,6 +20,16 @@ type metrics struct {
 	memory       *prometheus.GaugeVec
 }
 
+// register registers *c with reg. When another plugin on the same registry
+// registered it first, *c becomes that collector: plugins share the
+// collectors, which are labelled by plugin.
+func register[C prometheus.Collector](reg prometheus.Registerer, c *C) {
+	var are prometheus.AlreadyRegisteredError
+	if err := reg.Register(*c); errors.As(err, &are) {
+		*c = are.ExistingCollector.(C)
+	}
+}
+
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -49,32 +59,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"plugin"}),
 	}
 	if reg != nil {
-		for i, c := range []prometheus.Collector{m.calls, m.errors, m.latency, m.traps, m.replacements, m.instances, m.memory} {
-			if err := reg.Register(c); err != nil {
-				// A second plugin on the same registry shares the
-				// collectors: they are labelled by plugin.
-				var are prometheus.AlreadyRegisteredError
-				if !errors.As(err, &are) {
-					continue
-				}
-				switch i {
-				case 0:
-					m.calls = are.ExistingCollector.(*prometheus.CounterVec)
-				case 1:
-					m.errors = are.ExistingCollector.(*prometheus.CounterVec)
-				case 2:
-					m.latency = are.ExistingCollector.(*prometheus.HistogramVec)
-				case 3:
-					m.traps = are.ExistingCollector.(*prometheus.CounterVec)
-				case 4:
-					m.replacements = are.ExistingCollector.(*prometheus.CounterVec)
-				case 5:
-					m.instances = are.ExistingCollector.(*prometheus.GaugeVec)
-				case 6:
-					m.memory = are.ExistingCollector.(*prometheus.GaugeVec)
-				}
-			}
-		}
+		register(reg, &m.calls)
+		register(reg, &m.errors)
+		register(reg, &m.latency)
+		register(reg, &m.traps)
+		register(reg, &m.replacements)
+		register(reg, &m.instances)
+		register(reg, &m.memory)
 	}
 	return m
 }

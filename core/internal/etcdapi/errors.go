@@ -89,10 +89,14 @@ func isAnswer(err error) bool {
 	return ok
 }
 
-// clientGone reports whether an error from a server stream's Recv means the
-// client closed its side or went away, which ends the stream without error.
-func clientGone(err error) bool {
-	return errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled
+// recvEnd is what a server stream's handler returns when its Recv failed
+// with err: nil when the client closed its side or went away, which ends
+// the stream without error, and err otherwise.
+func recvEnd(err error) error {
+	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+		return nil
+	}
+	return err
 }
 
 func unimplemented(what string) error {

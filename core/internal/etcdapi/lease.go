@@ -82,10 +82,7 @@ func (l *leaseServer) keepAlive(role *Role, stream pb.Lease_LeaseKeepAliveServer
 	for {
 		req, err := stream.Recv()
 		if err != nil {
-			if clientGone(err) {
-				return nil
-			}
-			return err
+			return recvEnd(err)
 		}
 		// etcd answers a keepalive for an unknown or expired lease with
 		// TTL 0 rather than an error.

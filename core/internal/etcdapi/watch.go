@@ -146,10 +146,7 @@ func (ws *watchStream) recvLoop(stream pb.Watch_WatchServer) error {
 	for {
 		req, err := stream.Recv()
 		if err != nil {
-			if clientGone(err) {
-				return nil
-			}
-			return err
+			return recvEnd(err)
 		}
 		switch r := req.RequestUnion.(type) {
 		case *pb.WatchRequest_CreateRequest:

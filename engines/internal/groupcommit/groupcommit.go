@@ -5,9 +5,11 @@
 // write and one fsync (DESIGN.md, "Group commit").
 //
 // It owns the request's life (queued, taken by the committer, or abandoned
-// by a caller who gave up) and the forming of groups. It must not evaluate
-// or apply batches: that is the adaptor's committer, which alone decides
-// each request's result.
+// by a caller who gave up), the forming of groups, and the committer's
+// counts (Counters, Stats) with the answering of a written group
+// (Counters.Answer: what a failed write makes of each member's result). It
+// must not evaluate or apply batches: that is the adaptor's committer,
+// which alone judges each batch.
 package groupcommit
 
 import (

@@ -47,7 +47,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -57,10 +56,7 @@ import (
 	"github.com/engramkv/engram/wasm/sdk"
 )
 
-func main() {
-	debug.SetMemoryLimit(sqlkv.GCMemoryLimit)
-	sdk.Serve(&store{})
-}
+func main() { sqlkv.Serve(&store{}) }
 
 // minPacket is the smallest max_allowed_packet the plugin accepts: one
 // statement carries a value of up to 4 MiB and its key, each escaped
@@ -69,12 +65,10 @@ const minPacket = 2*(4<<20+maxKeyLen) + 64<<10
 
 // store is one instance's state: the configuration and its connections.
 type store struct {
-	cfg  config
-	drv  *adaptor
-	pool *sqlkv.Pool[*conn]
-	// pageBytes bounds the bytes of one scan page, so a page of 4 MiB
-	// values cannot exhaust the instance's memory.
-	pageBytes int
+	cfg       config
+	drv       *adaptor
+	pool      *sqlkv.Pool[*conn]
+	pageBytes int // sqlkv.PageBytes
 }
 
 // adaptor is the plugin's side of sqlkv's shared logic.
@@ -91,8 +85,8 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	if err != nil {
 		return sdk.Manifest{}, err
 	}
-	if !host.NetAllowed {
-		return sdk.Manifest{}, fmt.Errorf("%w: the host allows no network address; add the database's IP:PORT to storage.wasm.allowed-addresses", sdk.ErrInvalid)
+	if err := sqlkv.CheckNet(host); err != nil {
+		return sdk.Manifest{}, err
 	}
 	d := cfg.dsn
 	// The plugin depends on these: several statements per round trip,
@@ -137,14 +131,11 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	s.pool = sqlkv.NewPool(cfg.Conns, func(ctx context.Context) (*conn, error) {
 		return connect(ctx, connector, &dialled)
 	})
-	s.pageBytes = min(max(host.MaxResponse/4, 1<<20), 16<<20)
+	s.pageBytes = sqlkv.PageBytes(host)
 
-	c, _, err := s.pool.Get(ctx)
+	c, err := sqlkv.Connect(ctx, s.pool, s.drv, "MySQL", d.Addr, "dsn")
 	if err != nil {
-		if errors.Is(err, sdk.ErrAddressNotAllowed) {
-			return sdk.Manifest{}, fmt.Errorf("%w: connecting to %s: %v (storage.wasm.allowed-addresses must list it exactly as in dsn)", sdk.ErrInvalid, d.Addr, err)
-		}
-		return sdk.Manifest{}, fmt.Errorf("connecting to MySQL at %s: %w", d.Addr, classify(err))
+		return sdk.Manifest{}, err
 	}
 	defer s.pool.Put(c)
 	dsnWait, dsnSets := d.Params["wsrep_sync_wait"]
@@ -166,12 +157,7 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
-	return sdk.Manifest{
-		Name:    "mysql",
-		Version: "1.0.0",
-		Model:   sdk.ModelPooled,
-		Durable: true,
-	}, nil
+	return sqlkv.Manifest("mysql", "1.0.0"), nil
 }
 
 // prepareTable checks the server, creates the table if it does not exist,
@@ -301,24 +287,16 @@ func (s *store) Get(ctx context.Context, key []byte) ([]byte, error) {
 		return nil, sdk.ErrNotFound // no such key can have been stored
 	}
 	s.drv.buf = s.drv.sql.get(s.drv.buf[:0], key)
-	var v []byte
-	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
-		var err error
-		v, _, err = c.queryTwo(string(s.drv.buf))
-		return err
+	return sqlkv.Query(ctx, s.pool, s.drv, "get", func(c *conn) ([]byte, error) {
+		v, _, err := c.queryTwo(string(s.drv.buf))
+		if errors.Is(err, errNoRows) {
+			return nil, sdk.ErrNotFound
+		}
+		return v, err
 	})
-	if errors.Is(err, errNoRows) {
-		return nil, sdk.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get: %w", classify(err))
-	}
-	return v, nil
 }
 
 func (s *store) Close(context.Context) error {
-	if s.pool != nil {
-		s.pool.CloseAll()
-	}
+	s.pool.CloseAll()
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/engramkv/engram/wasm/adaptors/internal/sqlkv"
 	"github.com/engramkv/engram/wasm/sdk"
 )
 
@@ -25,22 +26,16 @@ import (
 // It never counts the file's free space, so it shrinks after deletes only
 // once statistics catch up. A quota on it is approximate.
 func (s *store) Size(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
+	return sqlkv.Query(ctx, s.pool, s.drv, "size", func(c *conn) (int64, error) {
 		v, _, err := c.queryTwo(s.drv.sql.size())
 		if errors.Is(err, errNoRows) {
-			return fmt.Errorf("table %s is not in information_schema.TABLES", s.drv.sql.table)
+			return 0, fmt.Errorf("table %s is not in information_schema.TABLES", s.drv.sql.table)
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
-		n, err = strconv.ParseInt(string(v), 10, 64)
-		return err
+		return strconv.ParseInt(string(v), 10, 64)
 	})
-	if err != nil {
-		return 0, fmt.Errorf("size: %w", classify(err))
-	}
-	return n, nil
 }
 
 // Reclaim is OPTIMIZE TABLE (etcd's Defragment). InnoDB runs it as an
@@ -60,7 +55,7 @@ func (s *store) Size(ctx context.Context) (int64, error) {
 // wsrep_OSU_method=RSU). DESIGN.md, "Size and reclamation through the
 // plugin ABI".
 func (s *store) Reclaim(ctx context.Context) error {
-	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
+	return sqlkv.Do(ctx, s.pool, s.drv, "reclaim", func(c *conn) error {
 		on, _, err := c.queryTwo(`SELECT @@wsrep_on, NULL`)
 		var me *mysql.MySQLError
 		switch {
@@ -85,8 +80,4 @@ func (s *store) Reclaim(ctx context.Context) error {
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("reclaim: %w", classify(err))
-	}
-	return nil
 }

@@ -31,7 +31,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime/debug"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -41,23 +40,18 @@ import (
 	"github.com/engramkv/engram/wasm/sdk"
 )
 
-func main() {
-	debug.SetMemoryLimit(sqlkv.GCMemoryLimit)
-	sdk.Serve(&store{})
-}
+func main() { sqlkv.Serve(&store{}) }
 
 // minServerVersion is PostgreSQL 12: stored generated columns.
 const minServerVersion = 120000
 
 // store is one instance's state: the configuration and its connections.
 type store struct {
-	cfg   config
-	table string
-	drv   *adaptor
-	pool  *sqlkv.Pool[*conn]
-	// pageBytes bounds the bytes of one scan page, so a page of 4 MiB
-	// values cannot exhaust the instance's memory.
-	pageBytes int
+	cfg       config
+	table     string
+	drv       *adaptor
+	pool      *sqlkv.Pool[*conn]
+	pageBytes int // sqlkv.PageBytes
 }
 
 // adaptor is the plugin's side of sqlkv's shared logic.
@@ -87,8 +81,8 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 	if err != nil {
 		return sdk.Manifest{}, err
 	}
-	if !host.NetAllowed {
-		return sdk.Manifest{}, fmt.Errorf("%w: the host allows no network address; add the database's IP:PORT to storage.wasm.allowed-addresses", sdk.ErrInvalid)
+	if err := sqlkv.CheckNet(host); err != nil {
+		return sdk.Manifest{}, err
 	}
 	pcfg, err := pgx.ParseConfig(cfg.url)
 	if err != nil {
@@ -110,25 +104,17 @@ func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Ma
 		}
 		return &conn{c}, nil
 	})
-	s.pageBytes = min(max(host.MaxResponse/4, 1<<20), 16<<20)
+	s.pageBytes = sqlkv.PageBytes(host)
 
-	c, _, err := s.pool.Get(ctx)
+	c, err := sqlkv.Connect(ctx, s.pool, s.drv, "PostgreSQL", pcfg.Host+":"+strconv.Itoa(int(pcfg.Port)), "url")
 	if err != nil {
-		if errors.Is(err, sdk.ErrAddressNotAllowed) {
-			return sdk.Manifest{}, fmt.Errorf("%w: connecting to %s: %v (storage.wasm.allowed-addresses must list it exactly as in url)", sdk.ErrInvalid, pcfg.Host+":"+strconv.Itoa(int(pcfg.Port)), err)
-		}
-		return sdk.Manifest{}, fmt.Errorf("connecting to PostgreSQL at %s:%d: %w", pcfg.Host, pcfg.Port, classify(err))
+		return sdk.Manifest{}, err
 	}
 	defer s.pool.Put(c)
 	if err := s.prepareTable(c); err != nil {
 		return sdk.Manifest{}, err
 	}
-	return sdk.Manifest{
-		Name:    "postgres",
-		Version: "1.0.0",
-		Model:   sdk.ModelPooled,
-		Durable: true,
-	}, nil
+	return sqlkv.Manifest("postgres", "1.0.0"), nil
 }
 
 // prepareTable checks the server version and creates the table if it does
@@ -183,23 +169,18 @@ func (s *store) prepareTable(c *conn) error {
 }
 
 func (s *store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	var v []byte
-	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
-		return c.QueryRow(context.Background(), s.drv.sql.get, key).Scan(&v)
+	return sqlkv.Query(ctx, s.pool, s.drv, "get", func(c *conn) ([]byte, error) {
+		var v []byte
+		err := c.QueryRow(context.Background(), s.drv.sql.get, key).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, sdk.ErrNotFound
+		}
+		return v, err
 	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, sdk.ErrNotFound
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get: %w", classify(err))
-	}
-	return v, nil
 }
 
 func (s *store) Close(context.Context) error {
-	if s.pool != nil {
-		s.pool.CloseAll()
-	}
+	s.pool.CloseAll()
 	return nil
 }
 

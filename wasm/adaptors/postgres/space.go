@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/engramkv/engram/wasm/adaptors/internal/sqlkv"
 )
 
 // Size is the table's size on disk with its TOAST table and indexes
@@ -13,14 +15,11 @@ import (
 // deletes freed counts until VACUUM makes it reusable, and the files only
 // shrink when empty pages sit at the table's end.
 func (s *store) Size(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
-		return c.QueryRow(context.Background(), s.drv.sql.size, s.table).Scan(&n)
+	return sqlkv.Query(ctx, s.pool, s.drv, "size", func(c *conn) (int64, error) {
+		var n int64
+		err := c.QueryRow(context.Background(), s.drv.sql.size, s.table).Scan(&n)
+		return n, err
 	})
-	if err != nil {
-		return 0, fmt.Errorf("size: %w", classify(err))
-	}
-	return n, nil
 }
 
 // Reclaim runs a plain VACUUM of the table (etcd's Defragment): dead rows'
@@ -33,7 +32,7 @@ func (s *store) Size(ctx context.Context) (int64, error) {
 // a VACUUM cut off by the deadline stops in the server too instead of
 // running on behind a closed socket.
 func (s *store) Reclaim(ctx context.Context) error {
-	err := s.pool.Run(ctx, s.drv.Stale, func(c *conn) error {
+	return sqlkv.Do(ctx, s.pool, s.drv, "reclaim: VACUUM "+s.table, func(c *conn) error {
 		if dl, ok := ctx.Deadline(); ok {
 			ms := time.Until(dl).Milliseconds()
 			if ms <= 0 {
@@ -47,8 +46,4 @@ func (s *store) Reclaim(ctx context.Context) error {
 		_, err := simpleExec(c, s.drv.sql.vacuum)
 		return err
 	})
-	if err != nil {
-		return fmt.Errorf("reclaim: VACUUM %s: %w", s.table, classify(err))
-	}
-	return nil
 }

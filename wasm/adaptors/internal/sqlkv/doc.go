@@ -1,7 +1,9 @@
 // Package sqlkv holds what Engram's SQL storage adaptors share whatever
 // their driver: the KEY=VALUE configuration with its common settings, the
 // per-instance connection pool (with the re-run of a call whose pooled
-// connection had died while idle), the commit loop (key-ordered
+// connection had died while idle, and Do and Query for the one-statement
+// calls: GET, SIZE, RECLAIM), what Init does alike (CheckNet, PageBytes,
+// the first connection), the commit loop (key-ordered
 // statements, split into runs of one kind that an adaptor may write as one
 // multi-row statement each, retries of transactions the server aborted,
 // and the rule that only a COMMIT left unanswered is UNCERTAIN), the scan

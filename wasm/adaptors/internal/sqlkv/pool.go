@@ -2,6 +2,7 @@ package sqlkv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/engramkv/engram/wasm/sdk"
@@ -71,8 +72,12 @@ func (p *Pool[C]) Discard(c C) {
 	c.Close()
 }
 
-// CloseAll closes the idle connections; the pool is not used again.
+// CloseAll closes the idle connections; the pool is not used again. A nil
+// pool (an instance whose Init failed early) holds none.
 func (p *Pool[C]) CloseAll() {
+	if p == nil {
+		return
+	}
 	for _, c := range p.idle {
 		c.Close()
 	}
@@ -114,6 +119,36 @@ func (p *Pool[C]) Run(ctx context.Context, stale func(C, error) bool, call func(
 			return err
 		}
 	}
+}
+
+// Do runs call as Run does, for a call whose failure changed nothing (a
+// read, a statement outside a transaction): its error is classified
+// (Driver.Classify) and prefixed with what, except sdk.ErrNotFound, which
+// is passed on as it is.
+func Do[C Conn](ctx context.Context, p *Pool[C], d Driver[C], what string, call func(C) error) error {
+	err := p.Run(ctx, d.Stale, call)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, sdk.ErrNotFound):
+		return sdk.ErrNotFound
+	}
+	return fmt.Errorf("%s: %w", what, d.Classify(err))
+}
+
+// Query is Do for a call that reads a value.
+func Query[C Conn, T any](ctx context.Context, p *Pool[C], d Driver[C], what string, read func(C) (T, error)) (T, error) {
+	var v T
+	err := Do(ctx, p, d, what, func(c C) error {
+		var err error
+		v, err = read(c)
+		return err
+	})
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
 }
 
 // GCMemoryLimit is the soft memory limit an adaptor gives the Go runtime

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/engramkv/engram/internal/tcptest"
 )
 
 // cutProxy forwards TCP connections to a database server and, once armed,
@@ -27,89 +29,74 @@ type cutProxy struct {
 
 func startCutProxy(t *testing.T, target string) *cutProxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p := &cutProxy{target: target}
+	p.addr = tcptest.Serve(t, p.serve, nil)
+	return p
+}
+
+// serve forwards one client connection until either end closes it or a
+// cut does.
+func (p *cutProxy) serve(c net.Conn, wg *sync.WaitGroup) {
+	s, err := net.Dial("tcp", p.target)
 	if err != nil {
-		t.Fatal(err)
+		_ = c.Close()
+		return
 	}
-	p := &cutProxy{addr: ln.Addr().String(), target: target}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		_ = ln.Close()
-		wg.Wait()
-	})
+	// mute is set before a cut-after chunk is forwarded: the server's
+	// answer to it must not reach the client. The cut itself waits for
+	// that answer, so the server has acted on the chunk (committed) before
+	// the client sees its connection fail; cutting at once would race the
+	// client's next statement on a new connection against the server's
+	// commit.
+	var mute atomic.Bool
 	wg.Add(1)
-	go func() {
+	go func() { // server to client; closes both ends
 		defer wg.Done()
+		defer s.Close()
+		defer c.Close()
+		buf := make([]byte, 64<<10)
 		for {
-			c, err := ln.Accept()
+			n, err := s.Read(buf)
+			if mute.Load() {
+				return
+			}
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
 			if err != nil {
 				return
 			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			// mute is set before a cut-after chunk is forwarded: the
-			// server's answer to it must not reach the client. The cut
-			// itself waits for that answer, so the server has acted on
-			// the chunk (committed) before the client sees its connection
-			// fail; cutting at once would race the client's next
-			// statement on a new connection against the server's commit.
-			var mute atomic.Bool
-			wg.Add(2)
-			go func() { // server to client; closes both ends
-				defer wg.Done()
-				defer s.Close()
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := s.Read(buf)
-					if mute.Load() {
-						return
-					}
-					if n > 0 {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-			go func() { // client to server, watching for the match
-				defer wg.Done()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						cut, after := p.check(buf[:n])
-						if cut && !after {
-							_ = s.Close()
-							_ = c.Close()
-							return
-						}
-						if cut {
-							mute.Store(true)
-						}
-						if _, werr := s.Write(buf[:n]); werr != nil {
-							_ = s.Close()
-							return
-						}
-						if cut {
-							return // the other side cuts once the answer arrives
-						}
-					}
-					if err != nil {
-						_ = s.Close()
-						return
-					}
-				}
-			}()
 		}
 	}()
-	return p
+	// client to server, watching for the match
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			cut, after := p.check(buf[:n])
+			if cut && !after {
+				_ = s.Close()
+				_ = c.Close()
+				return
+			}
+			if cut {
+				mute.Store(true)
+			}
+			if _, werr := s.Write(buf[:n]); werr != nil {
+				_ = s.Close()
+				return
+			}
+			if cut {
+				return // the other side cuts once the answer arrives
+			}
+		}
+		if err != nil {
+			_ = s.Close()
+			return
+		}
+	}
 }
 
 // arm makes the next chunk containing match cut its connection.
