@@ -148,6 +148,11 @@ type ClusterOptions struct {
 	RenewInterval time.Duration
 	// ClientTLS, if set, is used to forward requests to the leader.
 	ClientTLS *tls.Config
+	// Clock, if set, times the election instead of Options.Clock. The
+	// cluster tests give each member's election its own view of the fake
+	// clock the rest of the member runs on (fakeclock.Loop), so that
+	// advancing it returns once every election has run its round.
+	Clock clock.Clock
 }
 
 // CompactionPolicy is the server-side compaction schedule (package
