@@ -68,7 +68,8 @@ type Options struct {
 	// Registerer receives the server's Prometheus metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Clock times lease expiry, watch progress notifications, the
-	// compaction policy and the election; nil means the system clock.
+	// compaction policy and the election (unless Cluster.Clock is set);
+	// nil means the system clock.
 	// Tests inside core inject a fake one (core/internal/clock/fakeclock)
 	// so that they advance time instead of waiting for it.
 	Clock clock.Clock
