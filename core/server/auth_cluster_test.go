@@ -17,7 +17,6 @@ import (
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/engines/badger"
-	"github.com/engramkv/engram/engines/memkv"
 )
 
 // jwtSpec writes a fresh RSA key pair and answers the --auth-token value
@@ -67,15 +66,11 @@ func must0(t *testing.T, what string, err error) {
 func TestAuthClusterJWT(t *testing.T) {
 	t.Parallel()
 	spec := jwtSpec(t)
-	shared := memkv.New()
-	var nodes []*servertest.Server
+	c := newCluster(t)
 	for _, name := range []string{"node0", "node1"} {
-		nodes = append(nodes, servertest.Start(t, shared, servertest.Options{
-			Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
-			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
-		}))
+		c.add(name, c.shared, servertest.Options{Auth: server.AuthOptions{Token: spec, BcryptCost: 4}})
 	}
-	c := &cluster{t: t, nodes: nodes, names: []string{"node0", "node1"}}
+	nodes := c.nodes
 	l := c.leader(-1)
 	f := 1 - l
 	c.following(f, l)

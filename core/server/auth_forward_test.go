@@ -15,7 +15,6 @@ import (
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/engines/memkv"
 )
 
 // forwardedCallerHeader is auth.ForwardedCallerHeader (an internal
@@ -36,13 +35,9 @@ func sameErr(t *testing.T, what string, err, want error) {
 // header, to the leader or the follower, is refused.
 func TestAuthForwardSimpleToken(t *testing.T) {
 	t.Parallel()
-	shared := memkv.New()
-	c := &cluster{t: t, names: []string{"node0", "node1"}}
-	for _, name := range c.names {
-		c.nodes = append(c.nodes, servertest.Start(t, shared, servertest.Options{
-			Name: name, Auth: server.AuthOptions{BcryptCost: 4},
-			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
-		}))
+	c := newCluster(t)
+	for _, name := range []string{"node0", "node1"} {
+		c.add(name, c.shared, servertest.Options{Auth: server.AuthOptions{BcryptCost: 4}})
 	}
 	l := c.leader(-1)
 	f := 1 - l

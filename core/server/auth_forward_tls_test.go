@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/engines/memkv"
@@ -67,7 +68,9 @@ func (ca *testCA) clientConn(endpoint, cn string) *grpc.ClientConn {
 
 // startTLSMember serves a cluster member over TLS that verifies client
 // certificates; it forwards with a certificate of CN "member".
-func startTLSMember(t *testing.T, ca *testCA, store kv.Store, name string) (*server.Server, string) {
+// Its election runs on a Loop view of clk; it returns once the first
+// round is over.
+func startTLSMember(t *testing.T, ca *testCA, clk *fakeclock.Clock, store kv.Store, name string) (*server.Server, string) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must0(t, "listen", err)
 	endpoint := l.Addr().String()
@@ -75,7 +78,8 @@ func startTLSMember(t *testing.T, ca *testCA, store kv.Store, name string) (*ser
 		Store: store, Name: name, Logger: slog.New(slog.DiscardHandler),
 		AdvertiseClientURLs: []string{"https://" + endpoint},
 		Auth:                server.AuthOptions{BcryptCost: 4},
-		Cluster: server.ClusterOptions{Enabled: true, LeaseDuration: testLease, RenewInterval: testLease / 4,
+		Clock:               clk,
+		Cluster: server.ClusterOptions{Enabled: true, LeaseDuration: testLease, RenewInterval: testRenew, Clock: clk.Loop(),
 			ClientTLS: &tls.Config{RootCAs: ca.pool, Certificates: []tls.Certificate{ca.issue("member")}}},
 	}
 	srv, err := server.New(context.Background(), opts)
@@ -84,6 +88,7 @@ func startTLSMember(t *testing.T, ca *testCA, store kv.Store, name string) (*ser
 	gs := grpc.NewServer(append(server.GRPCServerOptions(opts, serverTLS), srv.Interceptors()...)...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(l) }()
+	opts.Cluster.Clock.(*fakeclock.Loop).WaitIdle()
 	t.Cleanup(func() {
 		gs.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -100,31 +105,22 @@ func TestAuthForwardCertificate(t *testing.T) {
 	t.Parallel()
 	ca := newTestCA(t)
 	shared := memkv.New()
+	clk := fakeclock.New(t, clusterStart)
 	var srvs []*server.Server
 	var eps []string
 	for _, name := range []string{"node0", "node1"} {
-		s, ep := startTLSMember(t, ca, shared, name)
+		s, ep := startTLSMember(t, ca, clk, shared, name)
 		srvs, eps = append(srvs, s), append(eps, ep)
 	}
 	f := -1
-	hang := time.After(hangGuard)
-	for f < 0 {
-		changed := []<-chan struct{}{srvs[0].RoleChanged(), srvs[1].RoleChanged()}
+	stepUntil(t, clk, "leader and follower", func() bool {
 		for i, s := range srvs {
 			if l, ok := s.Leader(); ok && !s.IsLeader() && srvs[1-i].IsLeader() && l == []string{"node0", "node1"}[1-i] {
 				f = i
 			}
 		}
-		if f >= 0 {
-			break
-		}
-		select {
-		case <-changed[0]:
-		case <-changed[1]:
-		case <-hang:
-			t.Fatal("no leader and follower")
-		}
-	}
+		return f >= 0
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	fconn := ca.clientConn(eps[f], "alice")

@@ -10,7 +10,6 @@ import (
 
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/engines/memkv"
 )
 
 // TestAuthPermThroughFollower: a restricted user is refused a write and a
@@ -20,15 +19,9 @@ import (
 func TestAuthPermThroughFollower(t *testing.T) {
 	t.Parallel()
 	spec := jwtSpec(t)
-	shared := memkv.New()
-	c := &cluster{t: t}
+	c := newCluster(t)
 	for i := range 2 {
-		name := fmt.Sprintf("node%d", i)
-		c.names = append(c.names, name)
-		c.nodes = append(c.nodes, servertest.Start(t, shared, servertest.Options{
-			Name: name, Auth: server.AuthOptions{Token: spec, BcryptCost: 4},
-			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
-		}))
+		c.add(fmt.Sprintf("node%d", i), c.shared, servertest.Options{Auth: server.AuthOptions{Token: spec, BcryptCost: 4}})
 	}
 	l := c.leader(-1)
 	f := 1 - l

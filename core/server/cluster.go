@@ -54,6 +54,10 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 	apiOpts.MemberID = s.selfID
 	apiOpts.IsLearner = s.learner.Load
 	s.api = etcdapi.New(*apiOpts)
+	electionClock := opts.Cluster.Clock
+	if electionClock == nil {
+		electionClock = opts.Clock
+	}
 	s.elector, err = election.New(election.Options{
 		Store:         opts.Store,
 		ID:            opts.Name,
@@ -62,7 +66,7 @@ func (s *Server) startCluster(ctx, runCtx context.Context, apiOpts *etcdapi.Opti
 		LeaseDuration: opts.Cluster.LeaseDuration,
 		RenewInterval: opts.Cluster.RenewInterval,
 		Logger:        s.log.With("component", "election"),
-		Clock:         opts.Clock,
+		Clock:         electionClock,
 	})
 	if err != nil {
 		return err

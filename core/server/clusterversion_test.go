@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/internal/etcdapi"
 	"github.com/engramkv/engram/core/kv"
@@ -26,10 +27,13 @@ import (
 var v010 = release.Version{Major: 0, Minor: 10}
 
 // newMember starts a cluster member over st without a gRPC listener: the
-// cluster version and the downgrade records need only the store.
+// cluster version and the downgrade records need only the store. Its clock
+// is a fake one that never moves: these tests need no election round after
+// the first.
 func newMember(t *testing.T, st kv.Store, name string) *Server {
 	t.Helper()
 	s, err := New(context.Background(), Options{Store: st, Name: name, AdvertiseClientURLs: []string{"http://127.0.0.1:1"},
+		Clock:   fakeclock.New(t, time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)),
 		Cluster: ClusterOptions{Enabled: true, LeaseDuration: time.Second, RenewInterval: 250 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)

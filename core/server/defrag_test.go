@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 	"github.com/engramkv/engram/engines/badger"
 	"github.com/engramkv/engram/engines/memkv"
@@ -185,18 +184,12 @@ func TestDefragmentEngineFailure(t *testing.T) {
 // handle is not asked to, since followers never write to the store.
 func TestClusterDefragmentOnFollower(t *testing.T) {
 	t.Parallel()
-	shared := memkv.New()
-	c := &cluster{t: t}
+	c := newCluster(t)
 	var stores []*reclaimCounter
 	for i := range 2 {
-		st := &reclaimCounter{Store: shared}
+		st := &reclaimCounter{Store: c.shared}
 		stores = append(stores, st)
-		name := fmt.Sprintf("node%d", i)
-		c.names = append(c.names, name)
-		c.nodes = append(c.nodes, servertest.Start(t, st, servertest.Options{
-			Name:    name,
-			Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
-		}))
+		c.add(fmt.Sprintf("node%d", i), st, servertest.Options{})
 	}
 	l := c.leader(-1)
 	f := 1 - l

@@ -2,8 +2,8 @@ package server_test
 
 import (
 	"testing"
-	"time"
 
+	"github.com/engramkv/engram/core/internal/clock/fakeclock"
 	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/engines/memkv"
 )
@@ -19,42 +19,6 @@ func gauge(t *testing.T, n *metricsNode, name string) float64 {
 	return m.GetGauge().GetValue() + m.GetCounter().GetValue()
 }
 
-// awaitRole waits until cond holds, checking it at every role change of
-// the nodes (the channels are taken before cond reads the roles).
-func awaitRole(t *testing.T, what string, cond func() bool, nodes ...*metricsNode) {
-	t.Helper()
-	hang := time.After(hangGuard)
-	for {
-		chs := make([]<-chan struct{}, len(nodes))
-		for i, n := range nodes {
-			chs[i] = n.srv.RoleChanged()
-		}
-		if cond() {
-			return
-		}
-		wake, quit := make(chan struct{}, 1), make(chan struct{})
-		for _, ch := range chs {
-			go func() {
-				select {
-				case <-ch:
-					select {
-					case wake <- struct{}{}:
-					default:
-					}
-				case <-quit:
-				}
-			}()
-		}
-		select {
-		case <-wake:
-			close(quit)
-		case <-hang:
-			close(quit)
-			t.Fatalf("still no %s after %v", what, hangGuard)
-		}
-	}
-}
-
 // TestEtcdMetricsCluster checks the role metrics in cluster mode, as etcd
 // reports them on each member: every member that knows a leader (itself or
 // the one it forwards to) has one, only the leader is leader, and a
@@ -63,14 +27,20 @@ func TestEtcdMetricsCluster(t *testing.T) {
 	t.Parallel()
 	shared := memkv.New()
 	t.Cleanup(func() { _ = shared.Close() })
-	co := server.ClusterOptions{Enabled: true, LeaseDuration: testLease, RenewInterval: testLease / 4}
-	a := startMetricsNode(t, server.Options{Store: shared, Name: "a", Cluster: co})
-	b := startMetricsNode(t, server.Options{Store: shared, Name: "b", Cluster: co})
+	clk := fakeclock.New(t, clusterStart)
+	start := func(name string) *metricsNode {
+		loop := clk.Loop()
+		n := startMetricsNode(t, server.Options{Store: shared, Name: name, Clock: clk,
+			Cluster: server.ClusterOptions{Enabled: true, LeaseDuration: testLease, RenewInterval: testRenew, Clock: loop}})
+		loop.WaitIdle()
+		return n
+	}
+	a, b := start("a"), start("b")
 	nodes := []*metricsNode{a, b}
 	known := func(n *metricsNode) bool { _, ok := n.srv.Leader(); return ok }
-	awaitRole(t, "leader known to both", func() bool {
+	stepUntil(t, clk, "leader known to both", func() bool {
 		return known(a) && known(b) && (a.srv.IsLeader() || b.srv.IsLeader())
-	}, nodes...)
+	})
 	leader, follower := a, b
 	if b.srv.IsLeader() {
 		leader, follower = b, a
@@ -91,7 +61,7 @@ func TestEtcdMetricsCluster(t *testing.T) {
 		t.Errorf("follower: etcd_server_leader_changes_seen_total %v, want at least the first leader", before)
 	}
 	leader.stop()
-	awaitRole(t, "failover", follower.srv.IsLeader, follower)
+	stepUntil(t, clk, "failover", follower.srv.IsLeader)
 	if v := gauge(t, follower, "etcd_server_leader_changes_seen_total"); v != before+1 {
 		t.Errorf("after failover: etcd_server_leader_changes_seen_total %v, want %v", v, before+1)
 	}

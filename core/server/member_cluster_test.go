@@ -15,7 +15,6 @@ import (
 	"github.com/engramkv/engram/core/internal/etcdapi"
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/core/kv/kvfault"
-	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
 )
 
@@ -25,13 +24,7 @@ func (c *cluster) join(name string, ln net.Listener) int {
 	c.t.Helper()
 	st := kvfault.Wrap(c.shared)
 	c.stores = append(c.stores, st)
-	c.names = append(c.names, name)
-	c.nodes = append(c.nodes, servertest.Start(c.t, st, servertest.Options{
-		Name:     name,
-		Listener: ln,
-		Cluster:  &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4},
-	}))
-	return len(c.nodes) - 1
+	return c.add(name, st, servertest.Options{Listener: ln})
 }
 
 // startFollowed starts three nodes and returns them once node l leads

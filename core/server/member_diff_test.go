@@ -11,9 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/engramkv/engram/core/server"
 	"github.com/engramkv/engram/core/server/servertest"
-	"github.com/engramkv/engram/engines/memkv"
 )
 
 // showMembers prints what the member calls answer, without IDs and URLs
@@ -35,8 +33,8 @@ func showMembers(members []*pb.Member) string {
 func TestDiffMemberChanges(t *testing.T) {
 	t.Parallel()
 	ec, _ := startEtcd(t)
-	node := servertest.Start(t, memkv.New(), servertest.Options{Name: "lone", Cluster: &server.ClusterOptions{LeaseDuration: testLease, RenewInterval: testLease / 4}})
-	c := &cluster{t: t, nodes: []*servertest.Server{node}, names: []string{"lone"}}
+	c := newCluster(t)
+	node := c.nodes[c.add("lone", c.shared, servertest.Options{})]
 	c.leader(-1)
 	gc := node.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

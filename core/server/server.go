@@ -68,7 +68,8 @@ type Options struct {
 	// Registerer receives the server's Prometheus metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Clock times lease expiry, watch progress notifications, the
-	// compaction policy and the election; nil means the system clock.
+	// compaction policy and the election (unless Cluster.Clock is set);
+	// nil means the system clock.
 	// Tests inside core inject a fake one (core/internal/clock/fakeclock)
 	// so that they advance time instead of waiting for it.
 	Clock clock.Clock
@@ -148,6 +149,11 @@ type ClusterOptions struct {
 	RenewInterval time.Duration
 	// ClientTLS, if set, is used to forward requests to the leader.
 	ClientTLS *tls.Config
+	// Clock, if set, times the election instead of Options.Clock. The
+	// cluster tests give each member's election its own view of the fake
+	// clock the rest of the member runs on (fakeclock.Loop), so that
+	// advancing it returns once every election has run its round.
+	Clock clock.Clock
 }
 
 // CompactionPolicy is the server-side compaction schedule (package
