@@ -74,13 +74,10 @@ func (s *Store) BulkLoad(ctx context.Context, marker kv.Pair) (kv.Load, error) {
 		sw.Cancel()
 		return nil, fmt.Errorf("badger: bulk load: prepare: %w", err)
 	}
-	l := &bulkLoad{store: s, sw: sw, marker: bytes.Clone(marker.Key), markerValue: bytes.Clone(marker.Value), buf: newLoadBuffer()}
-	l.feed = newStreamFeed(sw, newLoadBuffer(), l.written)
+	l := &bulkLoad{store: s, sw: sw, marker: bytes.Clone(marker.Key), markerValue: bytes.Clone(marker.Value), buf: z.NewBuffer(loadBufferBytes+(1<<20), "engram.BulkLoad")}
 	s.load = l
 	return l, nil
 }
-
-func newLoadBuffer() *z.Buffer { return z.NewBuffer(loadBufferBytes+(1<<20), "engram.BulkLoad") }
 
 // checkLoadable refuses a store holding a data key other than marker.
 func (s *Store) checkLoadable(marker []byte) error {
@@ -112,9 +109,6 @@ func (s *Store) usable() error {
 // gate exclusively.
 func (s *Store) cancelLoadLocked() {
 	if s.load != nil {
-		// The feed's goroutine must be out of the StreamWriter before
-		// it is cancelled.
-		_ = s.load.feed.stop()
 		if !s.load.flushed {
 			s.load.sw.Cancel()
 		}
@@ -129,14 +123,12 @@ type bulkLoad struct {
 	sw          *badgerdb.StreamWriter
 	marker      []byte
 	markerValue []byte
-	// buf is filled with pairs while feed writes the one before.
-	buf     *z.Buffer
-	feed    *streamFeed
-	order   kv.LoadOrder
-	kv      pb.KV
-	flushed bool
+	buf         *z.Buffer
+	order       kv.LoadOrder
+	kv          pb.KV
+	flushed     bool
 	// unreleased counts the bytes written since the tables' pages were
-	// last released (the feed's goroutine's alone).
+	// last released.
 	unreleased int
 }
 
@@ -176,23 +168,17 @@ func (l *bulkLoad) AddTo(ctx context.Context, stream int, pairs []kv.Pair) error
 	return nil
 }
 
-// write hands the filled buffer to the feed and goes on with an empty one.
 func (l *bulkLoad) write(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if l.buf.LenNoPadding() == 0 {
-		return nil
+	if err := l.sw.Write(l.buf); err != nil {
+		return fmt.Errorf("badger: bulk load: write: %w", err)
 	}
-	var err error
-	l.buf, err = l.feed.swap(l.buf)
-	return err
-}
-
-// written runs on the feed's goroutine after each buffer, before Flush
-// (which resumes compactions, and they close tables).
-func (l *bulkLoad) written(n int) error {
-	if l.unreleased += n; l.unreleased >= releaseEveryBytes && !l.store.inMemory {
+	l.unreleased += l.buf.LenNoPadding()
+	l.buf.Reset()
+	// Only before Flush: it resumes compactions, which close tables.
+	if l.unreleased >= releaseEveryBytes && !l.store.inMemory && !l.flushed {
 		l.unreleased = 0
 		return releaseTablePages(l.store.db.Opts().Dir)
 	}
@@ -247,9 +233,6 @@ func (l *bulkLoad) flush(ctx context.Context) error {
 	if err := l.write(ctx); err != nil {
 		return err
 	}
-	if err := l.feed.stop(); err != nil {
-		return err
-	}
 	// A flushed StreamWriter must not be cancelled (its throttle would be
 	// finished twice): Close after this point leaves the marker file, and
 	// the next Open discards the load.
@@ -273,13 +256,11 @@ func (l *bulkLoad) Abort() error {
 	return markUnfinished(s.db, l.marker, l.markerValue)
 }
 
-// release frees the buffers; the feed is stopped.
 func (l *bulkLoad) release() {
 	if l.buf != nil {
 		_ = l.buf.Release()
 		l.buf = nil
 	}
-	l.feed.release()
 }
 
 // markUnfinished writes the marker into db, durably (SyncWrites).
