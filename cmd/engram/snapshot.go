@@ -104,6 +104,10 @@ func snapshotRestore(args []string, stdout, stderr io.Writer) int {
 		MarkCompacted: markCompacted,
 		TempDir:       restoreTempDir(cfg.DataDir),
 		Progress: func(rows, total int64) {
+			if total == 0 {
+				logger.Info("restoring", "rows", rows)
+				return
+			}
 			logger.Info("restoring", "rows", rows, "of", total)
 		},
 	})

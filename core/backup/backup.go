@@ -68,7 +68,9 @@ type RestoreOptions struct {
 	// and cached list must start again from fresh data (kube-apiserver's
 	// informers relist) instead of resuming across the restore.
 	MarkCompacted bool
-	// Progress, if set, is called now and then with the rows restored.
+	// Progress, if set, is called now and then with the rows restored
+	// and the file's total, 0 while the total is unknown (the file is
+	// not counted before its hash is checked).
 	Progress func(rows, total int64)
 	// TempDir holds the restore's sort files, about the size of the
 	// snapshot's key bucket at most ("": the system's temporary directory).
@@ -102,8 +104,9 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 		return RestoreInfo{}, errors.New("backup: --bump-revision requires --mark-compacted: revisions between the backup and the bumped one never existed, so no watcher may resume inside them")
 	}
 	// The import decodes and checks every row as it sorts them: Open
-	// need not do it first.
-	f, err := snapshot.Open(path, snapshot.OpenOptions{SkipHashCheck: opts.SkipHashCheck, SkipRowScan: true})
+	// need not do it first. The sha256 is checked while the rows are
+	// read and sorted, and known before anything is loaded (Rows below).
+	f, err := snapshot.Open(path, snapshot.OpenOptions{SkipHashCheck: opts.SkipHashCheck, SkipRowScan: true, DeferHashCheck: true})
 	if err != nil {
 		return RestoreInfo{}, err
 	}
@@ -159,6 +162,11 @@ func Restore(ctx context.Context, store kv.Store, path string, opts RestoreOptio
 			// The sort copies each row as it comes: no need for
 			// Entries' own copy.
 			if err := f.EntriesView(ctx, yield); err != nil {
+				return err
+			}
+			// Rows is done before the load starts: a damaged file
+			// never reaches the store.
+			if err := f.VerifyHash(); err != nil {
 				return err
 			}
 			// Read once: unmapping the file gives back its pages

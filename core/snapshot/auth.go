@@ -144,7 +144,7 @@ func (f *File) Auth() (*Auth, error) {
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %s: %w", f.path, err)
+		return nil, fmt.Errorf("snapshot: %s: %w", f.path, f.hashFirst(err))
 	}
 	return a, nil
 }

@@ -34,6 +34,15 @@ type OpenOptions struct {
 	// reads every row through Entries, which decodes and checks each row
 	// anyway: a restore saves a pass over the file.
 	SkipRowScan bool
+	// DeferHashCheck checks the sha256 trailer on a goroutine of its
+	// own while the caller reads the rows, instead of before Open
+	// returns: the hash no longer delays the reads. Unless SkipHashCheck,
+	// Open then reads only the meta bucket and the key bucket's last
+	// row, and Info's TotalKeys, Hash and Rows stay 0. Nothing read may
+	// be trusted before VerifyHash returns nil. Reads of a damaged file
+	// fail with ErrHashMismatch (bbolt's panics are recovered, and the
+	// reads stop once the hash is known not to match).
+	DeferHashCheck bool
 }
 
 // File is an open snapshot file. Its methods but Close may be called
@@ -45,6 +54,9 @@ type File struct {
 	// size is the bbolt database's size: the part of the mapping
 	// releasePages may release.
 	size int64
+	// hash is the deferred sha256 check (OpenOptions.DeferHashCheck),
+	// nil when there is none.
+	hash *hashCheck
 }
 
 // releaseEvery is how many bytes of rows a scan reads between releases of
@@ -62,9 +74,13 @@ const lockTimeout = 5 * time.Second
 // `etcdctl snapshot save` writes it) and must match the sha256 of what
 // precedes them, unless opts.SkipHashCheck; without a trailer Open refuses
 // unless opts.SkipHashCheck, as `etcdutl snapshot restore` does. It then
-// runs bbolt's integrity check (as `etcdutl snapshot status` does), needs
-// the meta and key buckets, and reads the whole file once to compute Info
-// and to check that every key-bucket row decodes.
+// runs bbolt's integrity check (as `etcdutl snapshot status` does) on a
+// file whose hash it did not check, needs the meta and key buckets, and
+// reads the whole file once to compute Info and to check that every
+// key-bucket row decodes. A matching trailer makes bbolt's check
+// redundant: the bytes are the ones etcd hashed as it wrote them, and
+// `etcdutl snapshot restore` does not run it either (it costs a read of
+// every page).
 //
 // bbolt opens a file with a trailer as it is: it maps the file and reads
 // only the pages its meta page counts, so the 32 extra bytes are never
@@ -124,23 +140,42 @@ func open(path string, opts OpenOptions) (_ *File, err error) {
 		return nil, fmt.Errorf("%w: the file holds %d bytes of the %d its meta page counts", ErrTruncated, dataSize, boltSize)
 	}
 
+	f := &File{path: path, db: db, size: boltSize}
 	if !opts.SkipHashCheck {
 		if !trailer {
 			return nil, ErrNoTrailer
 		}
-		if err := checkTrailer(fh, dataSize); err != nil {
+		want := make([]byte, trailerLen)
+		if _, err := fh.ReadAt(want, dataSize); err != nil {
+			return nil, fmt.Errorf("read trailer: %w", err)
+		}
+		if opts.DeferHashCheck {
+			f.hash = startHashCheck(path, dataSize, want)
+			defer func() {
+				if err != nil {
+					err = f.hashFirst(err)
+					f.hash.cancel()
+				}
+			}()
+		} else if err := checkTrailer(fh, dataSize, want); err != nil {
 			return nil, err
 		}
 	}
 
-	f := &File{path: path, db: db, size: boltSize}
 	err = guard(func() error {
 		return db.View(func(tx *bolt.Tx) error {
-			if err := check(tx); err != nil {
-				return err
+			if opts.SkipHashCheck {
+				if err := check(tx); err != nil {
+					return err
+				}
 			}
 			scanner := scan
-			if opts.SkipRowScan {
+			switch {
+			case f.hash != nil:
+				// Nothing that walks the pages before the
+				// hash is known (a damaged tree may loop).
+				scanner = scanMetaUncounted
+			case opts.SkipRowScan:
 				scanner = scanMeta
 			}
 			info, err := scanner(tx)
@@ -183,11 +218,7 @@ func probe(f *os.File, size int64) (int64, error) {
 	return 0, fmt.Errorf("%w: no bbolt meta page", ErrNotBolt)
 }
 
-func checkTrailer(f *os.File, dataSize int64) error {
-	want := make([]byte, trailerLen)
-	if _, err := f.ReadAt(want, dataSize); err != nil {
-		return fmt.Errorf("read trailer: %w", err)
-	}
+func checkTrailer(f *os.File, dataSize int64, want []byte) error {
 	got, err := sha256Prefix(f, dataSize)
 	if err != nil {
 		return err
@@ -278,6 +309,19 @@ func scan(tx *bolt.Tx) (Info, error) {
 // scanMeta is scan without the key bucket's rows: it reads the meta bucket,
 // the key bucket's last revision and its row count.
 func scanMeta(tx *bolt.Tx) (Info, error) {
+	info, err := scanMetaUncounted(tx)
+	if err != nil {
+		return info, err
+	}
+	// Stats walks every page of the bucket.
+	info.Rows = tx.Bucket(etcdfmt.BucketKey).Stats().KeyN
+	return info, nil
+}
+
+// scanMetaUncounted is scanMeta without the row count, which walks every
+// page of the key bucket: it reads only the meta bucket and the key
+// bucket's last row.
+func scanMetaUncounted(tx *bolt.Tx) (Info, error) {
 	meta, keys := tx.Bucket(etcdfmt.BucketMeta), tx.Bucket(etcdfmt.BucketKey)
 	if meta == nil {
 		return Info{}, ErrNoMetaBucket
@@ -297,7 +341,6 @@ func scanMeta(tx *bolt.Tx) (Info, error) {
 		}
 		ib.lastMain = r.Main
 	}
-	ib.rows = keys.Stats().KeyN
 	out := ib.info(tx.Size(), false)
 	out.Hash = 0
 	return out, nil
@@ -356,6 +399,32 @@ func guardCallbacks(fn func(inCallback *bool) error) (err error) {
 // Info returns what Open found out about the file.
 func (f *File) Info() Info { return f.info }
 
+// VerifyHash waits for the sha256 check OpenOptions.DeferHashCheck left
+// running and returns its result: nil when the trailer matches or when
+// Open checked it (or skipped it) itself.
+func (f *File) VerifyHash() error {
+	if f.hash == nil {
+		return nil
+	}
+	if err := f.hash.wait(); err != nil {
+		return fmt.Errorf("snapshot: %s: %w", f.path, err)
+	}
+	return nil
+}
+
+// hashFirst returns the deferred check's mismatch in place of err, the
+// failure of a read: a file whose hash does not match is damaged, and
+// whatever a read of it found out is the symptom.
+func (f *File) hashFirst(err error) error {
+	if f.hash == nil {
+		return err
+	}
+	if herr := f.hash.wait(); errors.Is(herr, ErrHashMismatch) {
+		return herr
+	}
+	return err
+}
+
 // Entries calls fn with every key-bucket row in revision order. Rows are
 // decoded with etcdfmt.DecodeEntry into fresh memory, so fn may keep them.
 // Latest is not set: it would need the rows that follow. An error of fn is
@@ -388,6 +457,9 @@ func (f *File) entries(ctx context.Context, fn func(*etcdfmt.Entry) error, view 
 					if err := ctx.Err(); err != nil {
 						return err
 					}
+					if f.hash != nil && f.hash.failed.Load() {
+						return f.hash.err
+					}
 				}
 				n++
 				if isRevisionMarker(k, v) {
@@ -414,7 +486,7 @@ func (f *File) entries(ctx context.Context, fn func(*etcdfmt.Entry) error, view 
 		return ce.err
 	}
 	if err != nil {
-		return fmt.Errorf("snapshot: %s: %w", f.path, err)
+		return fmt.Errorf("snapshot: %s: %w", f.path, f.hashFirst(err))
 	}
 	return nil
 }
@@ -448,7 +520,7 @@ func (f *File) Leases() ([]etcdfmt.Lease, error) {
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("snapshot: %s: %w", f.path, err)
+		return nil, fmt.Errorf("snapshot: %s: %w", f.path, f.hashFirst(err))
 	}
 	return ls, nil
 }
@@ -457,6 +529,9 @@ func (f *File) Leases() ([]etcdfmt.Lease, error) {
 func (f *File) Close() error {
 	if f.db == nil {
 		return nil
+	}
+	if f.hash != nil {
+		f.hash.cancel()
 	}
 	db := f.db
 	f.db = nil
