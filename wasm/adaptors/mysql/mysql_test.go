@@ -102,7 +102,7 @@ func TestMySQL(t *testing.T) {
 	})
 
 	t.Run("ManyRows", func(t *testing.T) {
-		sqltest.ManyRows(t, mysqlEnv.Open(t, "", host.StoreOptions{}))
+		sqltest.ManyRows(t, mysqlEnv.Open(t, "", host.StoreOptions{CallTimeout: sqltest.BigCommitTimeout}))
 	})
 
 	t.Run("StatementsPerRun", func(t *testing.T) {

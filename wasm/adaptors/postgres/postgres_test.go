@@ -55,7 +55,7 @@ func TestPostgres(t *testing.T) {
 	})
 
 	t.Run("ManyRows", func(t *testing.T) {
-		sqltest.ManyRows(t, postgresEnv.Open(t, "", host.StoreOptions{}))
+		sqltest.ManyRows(t, postgresEnv.Open(t, "", host.StoreOptions{CallTimeout: sqltest.BigCommitTimeout}))
 	})
 
 	t.Run("Server", func(t *testing.T) {

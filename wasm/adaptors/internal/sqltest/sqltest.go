@@ -219,11 +219,18 @@ func BenchGroups(b *testing.B, s kv.Store, seq *int) {
 	})
 }
 
+// BigCommitTimeout is the call timeout for ManyRows' store: its 20 MiB
+// commits took over the host's default 10 s in a fresh-clone make test,
+// under the race detector beside the other suites (MariaDB, durability off).
+// It guards against a hang; the test checks atomicity, not speed.
+const BigCommitTimeout = 2 * time.Minute
+
 // ManyRows commits batches of hundreds of ops of one kind, which the
 // SQL adaptors write as multi-row statements: a failed condition inside
 // such a statement must still name the lowest failing op with its key's
 // value and apply nothing, and a run bigger than one packet (MariaDB's
-// max_allowed_packet is 16 MiB) must split and still be atomic.
+// max_allowed_packet is 16 MiB) must split and still be atomic. Open s
+// with CallTimeout BigCommitTimeout.
 func ManyRows(t *testing.T, s kv.Store) {
 	ctx := context.Background()
 	key := func(p string, i int) []byte { return fmt.Appendf(nil, "%s/%03d", p, i) }
