@@ -240,7 +240,9 @@ func (s *Sorter) spillBatch() error {
 	// while the next one fills the buffers of the batch spilled before:
 	// reading the input and sorting take a core each.
 	full := &Sorter{byKey: s.byKey, blocks: s.blocks, items: s.items, shared: s.shared}
-	s.blocks, s.items, s.used = nil, nil, 0
+	// The next batch holds about as many rows: sized from this one, its
+	// index is not grown (and copied) from nothing again.
+	s.blocks, s.items, s.used = nil, make([]sortItem, 0, len(full.items)), 0
 	if sp := s.spare; sp != nil {
 		// Its blocks stay allocated, kept past the slice's length for
 		// room to find.
@@ -300,7 +302,11 @@ func (s *Sorter) Each(ctx context.Context, fn func(*Entry) error) error {
 	if err := s.waitSpill(); err != nil {
 		return err
 	}
+	// Nothing is added after this: the spare batch's blocks, and those
+	// this batch reserved past its last one, would only hold memory
+	// through the merge.
 	s.spare = nil
+	clear(s.blocks[len(s.blocks):cap(s.blocks)])
 	s.sortBatch()
 	its := []rowIter{&memIter{s: s}}
 	if len(s.runs) > 0 {

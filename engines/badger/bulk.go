@@ -39,6 +39,8 @@ const loadMarkerFile = "ENGRAM-BULK-LOAD"
 // Write.
 const loadBufferBytes = 4 << 20
 
+func newLoadBuffer() *z.Buffer { return z.NewBuffer(loadBufferBytes+(1<<20), "engram.BulkLoad") }
+
 // releaseEveryBytes is how many bytes of pairs a load writes between
 // releases of its tables' resident pages (releaseTablePages).
 const releaseEveryBytes = 64 << 20
@@ -74,7 +76,7 @@ func (s *Store) BulkLoad(ctx context.Context, marker kv.Pair) (kv.Load, error) {
 		sw.Cancel()
 		return nil, fmt.Errorf("badger: bulk load: prepare: %w", err)
 	}
-	l := &bulkLoad{store: s, sw: sw, marker: bytes.Clone(marker.Key), markerValue: bytes.Clone(marker.Value), buf: z.NewBuffer(loadBufferBytes+(1<<20), "engram.BulkLoad")}
+	l := &bulkLoad{store: s, sw: sw, marker: bytes.Clone(marker.Key), markerValue: bytes.Clone(marker.Value), buf: newLoadBuffer(), writer: startLoadWriter(sw)}
 	s.load = l
 	return l, nil
 }
@@ -109,6 +111,9 @@ func (s *Store) usable() error {
 // gate exclusively.
 func (s *Store) cancelLoadLocked() {
 	if s.load != nil {
+		// The writer's Write must end before the StreamWriter is
+		// cancelled; its error no longer matters.
+		_ = s.load.writer.stop()
 		if !s.load.flushed {
 			s.load.sw.Cancel()
 		}
@@ -123,10 +128,13 @@ type bulkLoad struct {
 	sw          *badgerdb.StreamWriter
 	marker      []byte
 	markerValue []byte
-	buf         *z.Buffer
-	order       kv.LoadOrder
-	kv          pb.KV
-	flushed     bool
+	// buf is the buffer AddTo fills; writer writes the full ones.
+	buf     *z.Buffer
+	writer  *loadWriter
+	order   kv.LoadOrder
+	kv      pb.KV
+	key     []byte
+	flushed bool
 	// unreleased counts the bytes written since the tables' pages were
 	// last released.
 	unreleased int
@@ -138,8 +146,8 @@ func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error { return l.Ad
 // is not usable): each stream builds its own tables, so the load's streams
 // need not be merged into one order.
 func (l *bulkLoad) AddTo(ctx context.Context, stream int, pairs []kv.Pair) error {
-	// The shared gate keeps Close from cancelling the StreamWriter in the
-	// middle of a Write.
+	// The shared gate keeps Close from stopping the writer while a buffer
+	// is handed to it.
 	l.store.gate.RLock()
 	defer l.store.gate.RUnlock()
 	if err := l.activeLocked(); err != nil {
@@ -157,7 +165,9 @@ func (l *bulkLoad) AddTo(ctx context.Context, stream int, pairs []kv.Pair) error
 		}
 		// Version 1 for every key: the StreamWriter sets badger's clock
 		// past the highest version it wrote, so later commits shadow it.
-		l.kv = pb.KV{Key: dataKey(p.Key), Value: p.Value, Version: 1, StreamId: uint32(stream) + 1}
+		// KVToBuffer copies the pair: one key buffer serves them all.
+		l.key = append(append(l.key[:0], dataPrefix), p.Key...)
+		l.kv = pb.KV{Key: l.key, Value: p.Value, Version: 1, StreamId: uint32(stream) + 1}
 		badgerdb.KVToBuffer(&l.kv, l.buf)
 		if l.buf.LenNoPadding() >= loadBufferBytes {
 			if err := l.write(ctx); err != nil {
@@ -168,15 +178,17 @@ func (l *bulkLoad) AddTo(ctx context.Context, stream int, pairs []kv.Pair) error
 	return nil
 }
 
+// write hands the full buffer to the writer and takes an empty one.
 func (l *bulkLoad) write(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := l.sw.Write(l.buf); err != nil {
-		return fmt.Errorf("badger: bulk load: write: %w", err)
+	n := l.buf.LenNoPadding()
+	var err error
+	if l.buf, err = l.writer.swap(l.buf); err != nil {
+		return err
 	}
-	l.unreleased += l.buf.LenNoPadding()
-	l.buf.Reset()
+	l.unreleased += n
 	// Only before Flush: it resumes compactions, which close tables.
 	if l.unreleased >= releaseEveryBytes && !l.store.inMemory && !l.flushed {
 		l.unreleased = 0
@@ -233,6 +245,9 @@ func (l *bulkLoad) flush(ctx context.Context) error {
 	if err := l.write(ctx); err != nil {
 		return err
 	}
+	if err := l.writer.stop(); err != nil {
+		return err
+	}
 	// A flushed StreamWriter must not be cancelled (its throttle would be
 	// finished twice): Close after this point leaves the marker file, and
 	// the next Open discards the load.
@@ -256,11 +271,13 @@ func (l *bulkLoad) Abort() error {
 	return markUnfinished(s.db, l.marker, l.markerValue)
 }
 
+// release frees the load's buffers; the writer has stopped.
 func (l *bulkLoad) release() {
 	if l.buf != nil {
 		_ = l.buf.Release()
 		l.buf = nil
 	}
+	l.writer.release()
 }
 
 // markUnfinished writes the marker into db, durably (SyncWrites).

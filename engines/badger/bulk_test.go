@@ -42,6 +42,20 @@ func contents(t *testing.T, s kv.Store) []kv.Pair {
 	}
 }
 
+// wantPairs fails unless s holds exactly want.
+func wantPairs(t *testing.T, s kv.Store, want []kv.Pair) {
+	t.Helper()
+	got := contents(t, s)
+	if len(got) != len(want) {
+		t.Fatalf("loaded store holds %d pairs, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i].Key, want[i].Key) || !bytes.Equal(got[i].Value, want[i].Value) {
+			t.Fatalf("pair %d is %q (%d-byte value), want %q (%d bytes)", i, got[i].Key, len(got[i].Value), want[i].Key, len(want[i].Value))
+		}
+	}
+}
+
 func wantOnlyMarker(t *testing.T, s kv.Store) {
 	t.Helper()
 	got := contents(t, s)
@@ -50,14 +64,23 @@ func wantOnlyMarker(t *testing.T, s kv.Store) {
 	}
 }
 
-func TestBulkLoad(t *testing.T) {
-	ctx := context.Background()
-	s := openDisk(t, t.TempDir())
-	defer s.Close()
-	load, err := s.BulkLoad(ctx, testMarker)
+// startLoad opens a store in dir and starts a load of it; the test closes
+// the store.
+func startLoad(t *testing.T, dir string) (*Store, kv.Load) {
+	t.Helper()
+	s := openDisk(t, dir)
+	load, err := s.BulkLoad(context.Background(), testMarker)
 	if err != nil {
+		s.Close()
 		t.Fatal(err)
 	}
+	return s, load
+}
+
+func TestBulkLoad(t *testing.T) {
+	ctx := context.Background()
+	s, load := startLoad(t, t.TempDir())
+	defer s.Close()
 	// Nothing else may touch the store meanwhile.
 	if _, err := s.Get(ctx, []byte("k/000001")); !errors.Is(err, kv.ErrLoading) {
 		t.Fatalf("Get during a load: %v, want ErrLoading", err)
@@ -87,15 +110,7 @@ func TestBulkLoad(t *testing.T) {
 	if err := load.Finish(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got := contents(t, s)
-	if len(got) != len(pairs) {
-		t.Fatalf("loaded store holds %d pairs, want %d", len(got), len(pairs))
-	}
-	for i := range got {
-		if !bytes.Equal(got[i].Key, pairs[i].Key) || !bytes.Equal(got[i].Value, pairs[i].Value) {
-			t.Fatalf("pair %d is %q=%q, want %q=%q", i, got[i].Key, got[i].Value, pairs[i].Key, pairs[i].Value)
-		}
-	}
+	wantPairs(t, s, pairs)
 	// Later commits see and shadow the loaded versions.
 	if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap(pairs[5].Key, pairs[5].Value, []byte("new")), kv.Delete(pairs[6].Key)}); err != nil {
 		t.Fatalf("commit over loaded keys: %v", err)
@@ -241,4 +256,63 @@ func TestBulkLoadInterrupted(t *testing.T) {
 	if v, err := s.Get(ctx, testMarker.Key); err != nil || !bytes.Equal(v, testMarker.Value) {
 		t.Fatalf("marker after Abort: %q, %v", v, err)
 	}
+}
+
+// bigPairs are n pairs of 64 KiB values: 64 of them fill a Write buffer,
+// so a load of several hundred keeps the writer goroutine busy while the
+// caller fills the next buffer.
+func bigPairs(n int) []kv.Pair {
+	ps := make([]kv.Pair, n)
+	for i := range ps {
+		v := bytes.Repeat([]byte{byte(i)}, 64<<10)
+		ps[i] = kv.Pair{Key: fmt.Appendf(nil, "k/%06d", i), Value: v}
+	}
+	return ps
+}
+
+// TestBulkLoadManyBuffers loads more than the writer's two buffers hold,
+// so buffers are written while others fill, and checks every pair.
+func TestBulkLoadManyBuffers(t *testing.T) {
+	ctx := context.Background()
+	s, load := startLoad(t, t.TempDir())
+	defer s.Close()
+	defer load.Abort()
+	want := bigPairs(400)
+	for i := 0; i < len(want); i += 7 {
+		if err := load.Add(ctx, want[i:min(i+7, len(want))]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := load.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantPairs(t, s, want)
+}
+
+// TestBulkLoadCloseWhileWriting closes the store while buffers are still
+// being written: the Write under way ends before the StreamWriter is
+// cancelled, and the store reopens holding the marker alone.
+func TestBulkLoadCloseWhileWriting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, load := startLoad(t, dir)
+	// Three buffers' worth: two handed to the writer, the third filling.
+	if err := load.Add(ctx, bigPairs(64*3-1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := load.Add(ctx, bigPairs(1)); err == nil {
+		t.Fatal("Add after Close succeeded")
+	}
+	if err := load.Finish(ctx); err == nil {
+		t.Fatal("Finish after Close succeeded")
+	}
+	if err := load.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDisk(t, dir)
+	defer s.Close()
+	wantOnlyMarker(t, s)
 }

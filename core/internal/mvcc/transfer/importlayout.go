@@ -31,16 +31,19 @@ type keyLayout struct {
 	key    []byte
 	exists bool
 	cur    mvcc.Version
-	value  []byte
+	// record is cur's version record, encoded when it arrives: the
+	// history, the latest record and a superseded change all take it as
+	// it is.
+	record []byte
 	// stagedRev is the main revision of the key's last version; before the
 	// revision of its live version before stagedRev (0: none).
 	stagedRev, before int64
 	// pending is the change of the key's last version, held back because a
 	// later version in the same revision may supersede it.
-	pending         mvcc.Change
-	pendingRev      etcdfmt.Revision
-	hasPending      bool
-	record, scratch []byte
+	pending    mvcc.Change
+	pendingRev etcdfmt.Revision
+	hasPending bool
+	scratch    []byte
 }
 
 // run feeds every row of sorted (a key sorter) through the layout.
@@ -77,7 +80,7 @@ func (l *keyLayout) version(e *etcdfmt.Entry) error {
 		l.stagedRev, l.before = r.Main, 0
 		if l.exists {
 			if l.history != nil {
-				if err := l.history(l.key, l.cur.ModRev, l.encode()); err != nil {
+				if err := l.history(l.key, l.cur.ModRev, l.record); err != nil {
 					return err
 				}
 			}
@@ -89,7 +92,7 @@ func (l *keyLayout) version(e *etcdfmt.Entry) error {
 		// One transaction changed the key again: history keeps only the
 		// revision's last version, and the superseded put's change
 		// carries it (as in Add).
-		l.scratch = append(l.scratch[:0], l.encode()...)
+		l.scratch = append(l.scratch[:0], l.record...)
 		l.pending.Superseded = l.scratch
 	}
 	h := mvcc.Version{ModRev: r.Main, Sub: r.Sub, Tombstone: e.Tombstone}
@@ -107,10 +110,11 @@ func (l *keyLayout) version(e *etcdfmt.Entry) error {
 		l.pendingRev, l.hasPending = r, true
 	}
 	l.cur, l.exists = h, true
-	l.value = l.value[:0]
+	var value []byte
 	if !e.Tombstone {
-		l.value = append(l.value, e.KV.Value...)
+		value = e.KV.Value
 	}
+	l.record = mvcc.AppendVersion(l.record[:0], h, value)
 	return nil
 }
 
@@ -120,7 +124,7 @@ func (l *keyLayout) endKey() error {
 		return err
 	}
 	if l.latest != nil {
-		if err := l.latest(l.key, l.encode()); err != nil {
+		if err := l.latest(l.key, l.record); err != nil {
 			return err
 		}
 	}
@@ -139,11 +143,4 @@ func (l *keyLayout) flushChange() error {
 		return nil
 	}
 	return l.change(l.pendingRev.Main, l.pendingRev.Sub, &l.pending)
-}
-
-// encode returns the version record of the key's current version, in a
-// buffer the next call reuses.
-func (l *keyLayout) encode() []byte {
-	l.record = mvcc.AppendVersion(l.record[:0], l.cur, l.value)
-	return l.record
 }
