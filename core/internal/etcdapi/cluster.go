@@ -93,11 +93,11 @@ func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequ
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberRemove, func(role *Role) (*pb.MemberRemoveResponse, error) {
-		members, err := c.s.membership.RemoveMember(ctx, r.ID)
+		hdr, members, err := c.membersAfter(role, func() ([]*pb.Member, error) { return c.s.membership.RemoveMember(ctx, r.ID) })
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, err
 		}
-		return &pb.MemberRemoveResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+		return &pb.MemberRemoveResponse{Header: hdr, Members: members}, nil
 	})
 }
 
@@ -115,11 +115,11 @@ func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequ
 		return nil, errNeedsCluster("member update")
 	}
 	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberUpdate, func(role *Role) (*pb.MemberUpdateResponse, error) {
-		members, err := c.s.membership.UpdateMember(ctx, r.ID, r.PeerURLs)
+		hdr, members, err := c.membersAfter(role, func() ([]*pb.Member, error) { return c.s.membership.UpdateMember(ctx, r.ID, r.PeerURLs) })
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, err
 		}
-		return &pb.MemberUpdateResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+		return &pb.MemberUpdateResponse{Header: hdr, Members: members}, nil
 	})
 }
 
@@ -134,12 +134,23 @@ func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRe
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberPromote, func(role *Role) (*pb.MemberPromoteResponse, error) {
-		members, err := c.s.membership.PromoteMember(ctx, r.ID)
+		hdr, members, err := c.membersAfter(role, func() ([]*pb.Member, error) { return c.s.membership.PromoteMember(ctx, r.ID) })
 		if err != nil {
-			return nil, toGRPC(err)
+			return nil, err
 		}
-		return &pb.MemberPromoteResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+		return &pb.MemberPromoteResponse{Header: hdr, Members: members}, nil
 	})
+}
+
+// membersAfter runs change, a member change on the leader, and returns
+// what MemberRemove, MemberUpdate and MemberPromote answer with: the
+// header and the members after it.
+func (c *clusterServer) membersAfter(role *Role, change func() ([]*pb.Member, error)) (*pb.ResponseHeader, []*pb.Member, error) {
+	members, err := change()
+	if err != nil {
+		return nil, nil, toGRPC(err)
+	}
+	return c.s.header(role.Backend.Rev()), members, nil
 }
 
 // onLeader runs a member change on the leader: the leader runs local, a
