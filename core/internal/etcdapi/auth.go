@@ -205,15 +205,25 @@ func (a *authServer) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb
 	return &pb.AuthUserGetResponse{Header: a.hdr(), Roles: u.Roles}, nil
 }
 
-func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+// adminList lists what only an admin may list (users or roles); a server
+// that has no auth state yet has none to list.
+func (a *authServer) adminList(ctx context.Context, list func(*auth.Store) []string) ([]string, error) {
 	st := a.store()
 	if st == nil {
-		return &pb.AuthUserListResponse{Header: a.hdr()}, nil
+		return nil, nil
 	}
 	if err := a.s.authorizeAdmin(ctx); err != nil {
 		return nil, err
 	}
-	return &pb.AuthUserListResponse{Header: a.hdr(), Users: st.Users()}, nil
+	return list(st), nil
+}
+
+func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	names, err := a.adminList(ctx, (*auth.Store).Users)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AuthUserListResponse{Header: a.hdr(), Users: names}, nil
 }
 
 func (a *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
@@ -241,12 +251,9 @@ func (a *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb
 }
 
 func (a *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	st := a.store()
-	if st == nil {
-		return &pb.AuthRoleListResponse{Header: a.hdr()}, nil
-	}
-	if err := a.s.authorizeAdmin(ctx); err != nil {
+	names, err := a.adminList(ctx, (*auth.Store).Roles)
+	if err != nil {
 		return nil, err
 	}
-	return &pb.AuthRoleListResponse{Header: a.hdr(), Roles: st.Roles()}, nil
+	return &pb.AuthRoleListResponse{Header: a.hdr(), Roles: names}, nil
 }
