@@ -239,16 +239,17 @@ func DecodeLease(b []byte) (Lease, error) {
 			return Lease{}, fmt.Errorf("%w: lease: %v", ErrMalformed, protowire.ParseError(m))
 		}
 		b = b[m:]
-		switch num {
-		case 1:
-			l.ID = int64(v)
-		case 2:
-			l.TTL = int64(v)
-		case 3:
-			l.RemainingTTL = int64(v)
-		}
+		setVarintField([]*int64{1: &l.ID, 2: &l.TTL, 3: &l.RemainingTTL}, num, v)
 	}
 	return l, nil
+}
+
+// setVarintField stores v in the field of number num, fields[num], if the
+// message has one (a nil entry or a number past the end: it does not).
+func setVarintField(fields []*int64, num protowire.Number, v uint64) {
+	if num >= 0 && int(num) < len(fields) && fields[num] != nil {
+		*fields[num] = int64(v)
+	}
 }
 
 // Hasher computes etcd's HashKV: a crc32 (Castagnoli) over the key bucket's

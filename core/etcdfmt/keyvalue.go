@@ -121,16 +121,7 @@ func (kv *KeyValue) unmarshal(b []byte, view bool) error {
 			if m < 0 {
 				return protowire.ParseError(m)
 			}
-			switch num {
-			case 2:
-				kv.CreateRevision = int64(v)
-			case 3:
-				kv.ModRevision = int64(v)
-			case 4:
-				kv.Version = int64(v)
-			case 6:
-				kv.Lease = int64(v)
-			}
+			setVarintField([]*int64{2: &kv.CreateRevision, 3: &kv.ModRevision, 4: &kv.Version, 6: &kv.Lease}, num, v)
 			b = b[m:]
 		case num >= 1 && num <= 6:
 			return fmt.Errorf("field %d has wire type %d", num, typ)

@@ -531,16 +531,27 @@ func uvarintLen(n int) int {
 
 var errBadSortRecord = errors.New("etcdfmt: sort: corrupt run record")
 
+// readVarints fills out with the varints at the start of b, each read by
+// read (binary.Uvarint or binary.Varint), and returns the rest of b; false
+// if b ends or holds a bad varint first.
+func readVarints[T int64 | uint64](b []byte, out []T, read func([]byte) (T, int)) ([]byte, bool) {
+	for i := range out {
+		v, n := read(b)
+		if n <= 0 {
+			return nil, false
+		}
+		out[i], b = v, b[n:]
+	}
+	return b, true
+}
+
 // decodeSortRecord decodes a record (without its length prefix) into e.
 // e's byte slices alias b.
 func decodeSortRecord(b []byte, e *Entry) error {
 	var u [2]uint64
-	for i := range u {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return errBadSortRecord
-		}
-		u[i], b = v, b[n:]
+	b, ok := readVarints(b, u[:], binary.Uvarint)
+	if !ok {
+		return errBadSortRecord
 	}
 	if len(b) == 0 {
 		return errBadSortRecord
@@ -548,12 +559,8 @@ func decodeSortRecord(b []byte, e *Entry) error {
 	flags := b[0]
 	b = b[1:]
 	var s [4]int64
-	for i := range s {
-		v, n := binary.Varint(b)
-		if n <= 0 {
-			return errBadSortRecord
-		}
-		s[i], b = v, b[n:]
+	if b, ok = readVarints(b, s[:], binary.Varint); !ok {
+		return errBadSortRecord
 	}
 	var f [3][]byte
 	for i := range f {

@@ -90,11 +90,7 @@ func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 		s.log.Error("elected, but recovering the leader state failed", "term", term, "err", err)
 		return err
 	}
-	s.mu.Lock()
-	old := s.leader
-	s.leader = ls
-	s.mu.Unlock()
-	if old != nil {
+	if old := s.swapLeader(ls); old != nil {
 		old.stop()
 	}
 	s.api.SetRole(ls.role(s.selfID))
@@ -112,11 +108,18 @@ func (s *Server) becomeLeader(ctx context.Context, term int64) error {
 	return nil
 }
 
-func (s *Server) becomeFollower() {
+// swapLeader makes ls the leader state this node serves with (nil: none)
+// and returns the one it replaces, for the caller to stop.
+func (s *Server) swapLeader(ls *leaderState) *leaderState {
 	s.mu.Lock()
-	ls := s.leader
-	s.leader = nil
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	old := s.leader
+	s.leader = ls
+	return old
+}
+
+func (s *Server) becomeFollower() {
+	ls := s.swapLeader(nil)
 	// New requests go the follower way first; then the old leader state
 	// finishes what it had (its queued writes fail their fence).
 	s.api.SetRole(&etcdapi.Role{Backend: s.reader})

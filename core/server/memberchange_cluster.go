@@ -76,16 +76,11 @@ func (m membership) AddMember(ctx context.Context, peerURLs []string, learner bo
 // its own new URL at once.
 func (m membership) UpdateMember(ctx context.Context, id uint64, peerURLs []string) ([]*pb.Member, error) {
 	s := m.s
-	// Before the lock: the gate asks every member for its release.
-	if err := s.requireClusterVersion(ctx, "member update", membershipRelease); err != nil {
-		return nil, err
-	}
-	s.memberMu.Lock()
-	defer s.memberMu.Unlock()
-	target, members, err := m.findIn(ctx, id)
+	target, members, unlock, err := m.lockMember(ctx, "member update", id)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	if usedPeerURL(members, id, peerURLs) {
 		return nil, rpctypes.ErrGRPCPeerURLExist
 	}
@@ -110,16 +105,11 @@ func (m membership) UpdateMember(ctx context.Context, id uint64, peerURLs []stri
 // restart.
 func (m membership) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member, error) {
 	s := m.s
-	// Before the lock: the gate asks every member for its release.
-	if err := s.requireClusterVersion(ctx, "member promote", membershipRelease); err != nil {
-		return nil, err
-	}
-	s.memberMu.Lock()
-	defer s.memberMu.Unlock()
-	target, _, err := m.findIn(ctx, id)
+	target, _, unlock, err := m.lockMember(ctx, "member promote", id)
 	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	if !target.IsLearner {
 		return nil, rpctypes.ErrGRPCMemberNotLearner
 	}
@@ -132,6 +122,22 @@ func (m membership) PromoteMember(ctx context.Context, id uint64) ([]*pb.Member,
 	s.log.Info("member promoted", "id", fmt.Sprintf("%x", id), "name", target.Name)
 	s.wakePeer(ctx, target.Name, target.PeerURLs[0])
 	return s.members(ctx)
+}
+
+// lockMember passes the cluster-version gate of the member change what
+// (before the lock: the gate asks every member for its release), takes
+// memberMu and finds member id as findIn does. Unless it fails, the caller
+// calls unlock once done.
+func (m membership) lockMember(ctx context.Context, what string, id uint64) (target *pb.Member, members []*pb.Member, unlock func(), err error) {
+	if err := m.s.requireClusterVersion(ctx, what, membershipRelease); err != nil {
+		return nil, nil, nil, err
+	}
+	m.s.memberMu.Lock()
+	if target, members, err = m.findIn(ctx, id); err != nil {
+		m.s.memberMu.Unlock()
+		return nil, nil, nil, err
+	}
+	return target, members, m.s.memberMu.Unlock, nil
 }
 
 // findIn returns the member id and the members, or etcd's member not

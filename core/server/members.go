@@ -282,13 +282,10 @@ func (s *Server) refreshSelf(ctx context.Context) {
 }
 
 func (s *Server) currentPeerURL() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.peerURL
+	if url := s.peerURL.Load(); url != nil {
+		return *url
+	}
+	return ""
 }
 
-func (s *Server) setPeerURL(url string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.peerURL = url
-}
+func (s *Server) setPeerURL(url string) { s.peerURL.Store(&url) }

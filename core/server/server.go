@@ -199,8 +199,9 @@ type Server struct {
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node leads
 	conn   *leaderLink  // to the leader, while following
-	// peerURL is where the other members reach this node (members.go).
-	peerURL string
+	// peerURL is where the other members reach this node (members.go);
+	// nil until it registered.
+	peerURL atomic.Pointer[string]
 
 	// roleMu guards the role as published once in effect (see RoleChanged).
 	roleMu      sync.Mutex

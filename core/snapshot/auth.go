@@ -111,40 +111,41 @@ func (f *File) Auth() (*Auth, error) {
 					a.Revision = binary.BigEndian.Uint64(v)
 				}
 			}
-			if b := tx.Bucket(etcdfmt.BucketAuthUsers); b != nil {
-				err := b.ForEach(func(k, v []byte) error {
-					u := &authpb.User{}
-					if err := proto.Unmarshal(v, u); err != nil {
-						return fmt.Errorf("authUsers row %q: %w: %w", k, etcdfmt.ErrMalformed, err)
-					}
-					if !bytes.Equal(u.Name, k) {
-						return fmt.Errorf("authUsers row %q: %w: holds user %q", k, etcdfmt.ErrMalformed, u.Name)
-					}
-					a.Users = append(a.Users, u)
-					return nil
-				})
-				if err != nil {
-					return err
-				}
+			var err error
+			if a.Users, err = namedRows(tx, etcdfmt.BucketAuthUsers, "user", func() *authpb.User { return &authpb.User{} }); err != nil {
+				return err
 			}
-			if b := tx.Bucket(etcdfmt.BucketAuthRoles); b != nil {
-				return b.ForEach(func(k, v []byte) error {
-					r := &authpb.Role{}
-					if err := proto.Unmarshal(v, r); err != nil {
-						return fmt.Errorf("authRoles row %q: %w: %w", k, etcdfmt.ErrMalformed, err)
-					}
-					if !bytes.Equal(r.Name, k) {
-						return fmt.Errorf("authRoles row %q: %w: holds role %q", k, etcdfmt.ErrMalformed, r.Name)
-					}
-					a.Roles = append(a.Roles, r)
-					return nil
-				})
-			}
-			return nil
+			a.Roles, err = namedRows(tx, etcdfmt.BucketAuthRoles, "role", func() *authpb.Role { return &authpb.Role{} })
+			return err
 		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %s: %w", f.path, f.hashFirst(err))
 	}
 	return a, nil
+}
+
+// namedRows decodes the rows of an auth bucket of users or roles (what),
+// if the snapshot has it: each row is one, under its own name.
+func namedRows[T interface {
+	proto.Message
+	GetName() []byte
+}](tx *bolt.Tx, bucket []byte, what string, newRow func() T) ([]T, error) {
+	b := tx.Bucket(bucket)
+	if b == nil {
+		return nil, nil
+	}
+	var rows []T
+	err := b.ForEach(func(k, v []byte) error {
+		row := newRow()
+		if err := proto.Unmarshal(v, row); err != nil {
+			return fmt.Errorf("%s row %q: %w: %w", bucket, k, etcdfmt.ErrMalformed, err)
+		}
+		if !bytes.Equal(row.GetName(), k) {
+			return fmt.Errorf("%s row %q: %w: holds %s %q", bucket, k, etcdfmt.ErrMalformed, what, row.GetName())
+		}
+		rows = append(rows, row)
+		return nil
+	})
+	return rows, err
 }

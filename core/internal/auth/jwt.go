@@ -2,7 +2,6 @@ package auth
 
 import (
 	"context"
-	"crypto"
 	"errors"
 	"fmt"
 	"os"
@@ -79,7 +78,11 @@ func newJWT(opts string) (*jwtTokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.verify, err = parsePublic(t.method, b); err != nil {
+	keys, err := parsersOf(t.method)
+	if err == nil {
+		t.verify, err = keys.public(b)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("pub-key %s: %w", pub, err)
 	}
 	if priv != "" {
@@ -87,35 +90,36 @@ func newJWT(opts string) (*jwtTokens, error) {
 		if err != nil {
 			return nil, err
 		}
-		if t.sign, err = parsePrivate(t.method, b); err != nil {
+		if t.sign, err = keys.private(b); err != nil {
 			return nil, fmt.Errorf("priv-key %s: %w", priv, err)
 		}
 	}
 	return t, nil
 }
 
-func parsePublic(m jwt.SigningMethod, b []byte) (crypto.PublicKey, error) {
+// pemParsers are the PEM key parsers of one family of signing methods
+// (crypto.PublicKey and crypto.PrivateKey are any).
+type pemParsers struct{ public, private func([]byte) (any, error) }
+
+// parsersOf returns the PEM key parsers of m's family of signing methods.
+func parsersOf(m jwt.SigningMethod) (pemParsers, error) {
 	switch m.(type) {
 	case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
-		return jwt.ParseRSAPublicKeyFromPEM(b)
+		return pemParsers{anyKey(jwt.ParseRSAPublicKeyFromPEM), anyKey(jwt.ParseRSAPrivateKeyFromPEM)}, nil
 	case *jwt.SigningMethodECDSA:
-		return jwt.ParseECPublicKeyFromPEM(b)
+		return pemParsers{anyKey(jwt.ParseECPublicKeyFromPEM), anyKey(jwt.ParseECPrivateKeyFromPEM)}, nil
 	case *jwt.SigningMethodEd25519:
-		return jwt.ParseEdPublicKeyFromPEM(b)
+		return pemParsers{anyKey(jwt.ParseEdPublicKeyFromPEM), anyKey(jwt.ParseEdPrivateKeyFromPEM)}, nil
 	}
-	return nil, fmt.Errorf("sign-method %s is not supported", m.Alg())
+	return pemParsers{}, fmt.Errorf("sign-method %s is not supported", m.Alg())
 }
 
-func parsePrivate(m jwt.SigningMethod, b []byte) (crypto.PrivateKey, error) {
-	switch m.(type) {
-	case *jwt.SigningMethodRSA, *jwt.SigningMethodRSAPSS:
-		return jwt.ParseRSAPrivateKeyFromPEM(b)
-	case *jwt.SigningMethodECDSA:
-		return jwt.ParseECPrivateKeyFromPEM(b)
-	case *jwt.SigningMethodEd25519:
-		return jwt.ParseEdPrivateKeyFromPEM(b)
+// anyKey makes a parser of one key type a parser of any key.
+func anyKey[K any](parse func([]byte) (K, error)) func([]byte) (any, error) {
+	return func(b []byte) (any, error) {
+		k, err := parse(b)
+		return k, err
 	}
-	return nil, fmt.Errorf("sign-method %s is not supported", m.Alg())
 }
 
 func (t *jwtTokens) assign(_ context.Context, user string, rev uint64) (string, error) {

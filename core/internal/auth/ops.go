@@ -64,15 +64,21 @@ func AddUser(name string, hash []byte, noPassword bool) Change {
 // DeleteUser removes a user; root cannot go while auth is on.
 func DeleteUser(name string) Change {
 	return func(st *state) error {
-		if st.Enabled && name == RootUser {
-			return rpctypes.ErrGRPCInvalidAuthMgmt
-		}
-		if st.Users[name] == nil {
-			return rpctypes.ErrGRPCUserNotFound
-		}
-		delete(st.Users, name)
-		return nil
+		return deleteNamed(st, st.Users, name, RootUser, rpctypes.ErrGRPCUserNotFound)
 	}
+}
+
+// deleteNamed removes the user or role name from m, unless it is the root
+// one (root) and auth is on; notFound is the error for one m lacks.
+func deleteNamed[V any](st *state, m map[string]*V, name, root string, notFound error) error {
+	if st.Enabled && name == root {
+		return rpctypes.ErrGRPCInvalidAuthMgmt
+	}
+	if m[name] == nil {
+		return notFound
+	}
+	delete(m, name)
+	return nil
 }
 
 // ChangePassword sets a user's hash. A certificate-only user keeps having
@@ -148,13 +154,9 @@ func AddRole(name string) Change {
 // DeleteRole removes a role and takes it from every user.
 func DeleteRole(name string) Change {
 	return func(st *state) error {
-		if st.Enabled && name == RootRole {
-			return rpctypes.ErrGRPCInvalidAuthMgmt
+		if err := deleteNamed(st, st.Roles, name, RootRole, rpctypes.ErrGRPCRoleNotFound); err != nil {
+			return err
 		}
-		if st.Roles[name] == nil {
-			return rpctypes.ErrGRPCRoleNotFound
-		}
-		delete(st.Roles, name)
 		for _, u := range st.Users {
 			if i := slices.Index(u.Roles, name); i >= 0 {
 				u.Roles = slices.Delete(u.Roles, i, i+1)

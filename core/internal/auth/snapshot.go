@@ -101,6 +101,19 @@ func ImportRecords(ctx context.Context, store kv.Store, a *snapshot.Auth) ([]kv.
 	return []kv.Pair{{Key: coder.MetaKey(stateRecord), Value: enc}, {Key: coder.MetaKey(revRecord), Value: gen}}, nil
 }
 
+// newName is the name of a user or role (what) read from a snapshot,
+// which must have one and not repeat one already read into seen.
+func newName[V any](what string, raw []byte, seen map[string]*V) (string, error) {
+	name := string(raw)
+	if name == "" {
+		return "", fmt.Errorf("a %s without a name", what)
+	}
+	if seen[name] != nil {
+		return "", fmt.Errorf("%s %q given twice", what, name)
+	}
+	return name, nil
+}
+
 func fromSnapshot(a *snapshot.Auth) (*state, error) {
 	st := emptyState()
 	if a == nil {
@@ -111,12 +124,9 @@ func fromSnapshot(a *snapshot.Auth) (*state, error) {
 	// says 0.
 	st.Revision = max(a.Revision, 1)
 	for _, pu := range a.Users {
-		name := string(pu.Name)
-		if name == "" {
-			return nil, errors.New("a user without a name")
-		}
-		if st.Users[name] != nil {
-			return nil, fmt.Errorf("user %q given twice", name)
+		name, err := newName("user", pu.Name, st.Users)
+		if err != nil {
+			return nil, err
 		}
 		u := &User{Name: name, Hash: pu.Password, NoPassword: pu.Options.GetNoPassword(), Roles: slices.Clone(pu.Roles)}
 		slices.Sort(u.Roles)
@@ -124,12 +134,9 @@ func fromSnapshot(a *snapshot.Auth) (*state, error) {
 		st.Users[name] = u
 	}
 	for _, pr := range a.Roles {
-		name := string(pr.Name)
-		if name == "" {
-			return nil, errors.New("a role without a name")
-		}
-		if st.Roles[name] != nil {
-			return nil, fmt.Errorf("role %q given twice", name)
+		name, err := newName("role", pr.Name, st.Roles)
+		if err != nil {
+			return nil, err
 		}
 		r := &Role{Name: name}
 		for _, p := range pr.KeyPermission {

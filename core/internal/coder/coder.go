@@ -281,11 +281,18 @@ func AppendEventKey(dst []byte, rev int64) []byte {
 
 // DecodeEventKey returns the revision of an event key.
 func DecodeEventKey(ik []byte) (int64, error) {
-	if err := checkPrefix(ik, SpaceEvent); err != nil {
+	return decodeNumberKey(ik, SpaceEvent, "event")
+}
+
+// decodeNumberKey returns the number of a key of space s that holds one
+// number and nothing else (an event's revision, a lease's ID); what names
+// the key in the error.
+func decodeNumberKey(ik []byte, s Space, what string) (int64, error) {
+	if err := checkPrefix(ik, s); err != nil {
 		return 0, err
 	}
 	if len(ik) != prefixLen+revLen {
-		return 0, fmt.Errorf("%w: event key of %d bytes", ErrMalformed, len(ik))
+		return 0, fmt.Errorf("%w: %s key of %d bytes", ErrMalformed, what, len(ik))
 	}
 	return int64(binary.BigEndian.Uint64(ik[prefixLen:])), nil
 }
@@ -297,13 +304,7 @@ func LeaseKey(id int64) []byte {
 
 // DecodeLeaseKey returns the lease ID of a lease key.
 func DecodeLeaseKey(ik []byte) (int64, error) {
-	if err := checkPrefix(ik, SpaceLease); err != nil {
-		return 0, err
-	}
-	if len(ik) != prefixLen+revLen {
-		return 0, fmt.Errorf("%w: lease key of %d bytes", ErrMalformed, len(ik))
-	}
-	return int64(binary.BigEndian.Uint64(ik[prefixLen:])), nil
+	return decodeNumberKey(ik, SpaceLease, "lease")
 }
 
 // LeaseIndexKey returns the key recording that an etcd key is attached to a

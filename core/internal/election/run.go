@@ -48,20 +48,13 @@ const (
 )
 
 func (s state) String() string {
-	switch s {
-	case stateFollow:
-		return "follow"
-	case stateClaim:
-		return "claim"
-	case stateRenew:
-		return "renew"
-	case stateWait:
-		return "wait"
-	case stateStop:
-		return "stop"
+	if int(s) < len(stateNames) {
+		return stateNames[s]
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }
+
+var stateNames = [...]string{stateFollow: "follow", stateClaim: "claim", stateRenew: "renew", stateWait: "wait", stateStop: "stop"}
 
 // loop is the state of one Run, owned by its goroutine. What Fence, Leader
 // and IsLeader need is published to the Elector under its mutex.
@@ -101,17 +94,19 @@ func (e *Elector) Run(ctx context.Context, cb Callbacks) {
 }
 
 func (l *loop) step(ctx context.Context, st state) state {
-	switch st {
-	case stateFollow:
-		return l.follow(ctx)
-	case stateClaim:
-		return l.claim(ctx)
-	case stateRenew:
-		return l.renew(ctx)
-	case stateWait:
-		return l.wait(ctx)
+	if int(st) < len(steps) && steps[st] != nil {
+		return steps[st](l, ctx)
 	}
 	panic(fmt.Sprintf("election: no step for state %v", st))
+}
+
+// steps is what each state but stateStop does: one step, which returns the
+// next state.
+var steps = [...]func(*loop, context.Context) state{
+	stateFollow: (*loop).follow,
+	stateClaim:  (*loop).claim,
+	stateRenew:  (*loop).renew,
+	stateWait:   (*loop).wait,
 }
 
 // follow is a round of a node that does not lead.

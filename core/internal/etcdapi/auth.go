@@ -31,15 +31,26 @@ func (a *authServer) store() *auth.Store {
 
 var errNoAuthState = unimplemented("this server has no auth state")
 
+// adminStore returns the auth state for a change only an admin may make:
+// errNoAuthState on a server without one, else the caller's refusal, if
+// any.
+func (a *authServer) adminStore(ctx context.Context) (*auth.Store, error) {
+	st := a.store()
+	if st == nil {
+		return nil, errNoAuthState
+	}
+	if err := a.s.authorizeAdmin(ctx); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
 // change runs one mutation on the leader, or forwards it.
 func change[Req, Resp any](ctx context.Context, a *authServer, r Req, c auth.Change,
 	call func(pb.AuthClient, context.Context, Req, ...grpc.CallOption) (Resp, error), ok Resp) (Resp, error) {
 	var none Resp
-	st := a.store()
-	if st == nil {
-		return none, errNoAuthState
-	}
-	if err := a.s.authorizeAdmin(ctx); err != nil {
+	st, err := a.adminStore(ctx)
+	if err != nil {
 		return none, err
 	}
 	role := a.s.current()
@@ -94,12 +105,9 @@ func (a *authServer) Authenticate(ctx context.Context, r *pb.AuthenticateRequest
 }
 
 func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
-	st := a.store()
-	if st == nil {
-		return nil, errNoAuthState
-	}
 	// Checked here too so a caller who may not add users costs no bcrypt.
-	if err := a.s.authorizeAdmin(ctx); err != nil {
+	st, err := a.adminStore(ctx)
+	if err != nil {
 		return nil, err
 	}
 	noPassword := r.Options != nil && r.Options.NoPassword
@@ -108,7 +116,6 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 		// The follower hashes, as etcd's API layer does, and forwards the
 		// hash, so the leader spends no bcrypt time and the password never
 		// travels further than the member it was sent to.
-		var err error
 		if hash, err = passwordHash(st, r.Password, r.HashedPassword); err != nil {
 			return nil, err
 		}
@@ -118,11 +125,8 @@ func (a *authServer) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb
 }
 
 func (a *authServer) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
-	st := a.store()
-	if st == nil {
-		return nil, errNoAuthState
-	}
-	if err := a.s.authorizeAdmin(ctx); err != nil {
+	st, err := a.adminStore(ctx)
+	if err != nil {
 		return nil, err
 	}
 	hash, err := passwordHash(st, r.Password, r.HashedPassword)
@@ -205,15 +209,25 @@ func (a *authServer) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb
 	return &pb.AuthUserGetResponse{Header: a.hdr(), Roles: u.Roles}, nil
 }
 
-func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+// adminList lists what only an admin may list (users or roles); a server
+// that has no auth state yet has none to list.
+func (a *authServer) adminList(ctx context.Context, list func(*auth.Store) []string) ([]string, error) {
 	st := a.store()
 	if st == nil {
-		return &pb.AuthUserListResponse{Header: a.hdr()}, nil
+		return nil, nil
 	}
 	if err := a.s.authorizeAdmin(ctx); err != nil {
 		return nil, err
 	}
-	return &pb.AuthUserListResponse{Header: a.hdr(), Users: st.Users()}, nil
+	return list(st), nil
+}
+
+func (a *authServer) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	names, err := a.adminList(ctx, (*auth.Store).Users)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.AuthUserListResponse{Header: a.hdr(), Users: names}, nil
 }
 
 func (a *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
@@ -241,12 +255,9 @@ func (a *authServer) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb
 }
 
 func (a *authServer) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	st := a.store()
-	if st == nil {
-		return &pb.AuthRoleListResponse{Header: a.hdr()}, nil
-	}
-	if err := a.s.authorizeAdmin(ctx); err != nil {
+	names, err := a.adminList(ctx, (*auth.Store).Roles)
+	if err != nil {
 		return nil, err
 	}
-	return &pb.AuthRoleListResponse{Header: a.hdr(), Roles: st.Roles()}, nil
+	return &pb.AuthRoleListResponse{Header: a.hdr(), Roles: names}, nil
 }

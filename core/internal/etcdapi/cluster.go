@@ -82,23 +82,15 @@ func (c *clusterServer) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (
 }
 
 // MemberRemove forgets a member (only an admin may: authz_admin.go); a
-// follower forwards it to the leader, which alone changes the members.
+// follower forwards it to the leader, which alone changes the members. A
+// single node is its only voting member: etcd refuses to remove it (no
+// started member would be left for a quorum).
 func (c *clusterServer) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
-	if c.s.membership == nil {
-		// A single node: etcd refuses to remove its only voting member (no
-		// started member would be left for a quorum).
-		if r.ID == c.s.memberID {
-			return nil, errNotEnoughStarted
-		}
-		return nil, rpctypes.ErrGRPCMemberNotFound
-	}
-	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberRemove, func(role *Role) (*pb.MemberRemoveResponse, error) {
-		members, err := c.s.membership.RemoveMember(ctx, r.ID)
-		if err != nil {
-			return nil, toGRPC(err)
-		}
-		return &pb.MemberRemoveResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
-	})
+	return changeMember(ctx, c.s, r, r.ID, errNotEnoughStarted, pb.ClusterClient.MemberRemove,
+		func() ([]*pb.Member, error) { return c.s.membership.RemoveMember(ctx, r.ID) },
+		func(h *pb.ResponseHeader, m []*pb.Member) *pb.MemberRemoveResponse {
+			return &pb.MemberRemoveResponse{Header: h, Members: m}
+		})
 }
 
 // MemberUpdate changes where the other members reach a member (where
@@ -108,37 +100,43 @@ func (c *clusterServer) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequ
 	if err := checkPeerURLs(r.PeerURLs); err != nil {
 		return nil, err
 	}
-	if c.s.membership == nil {
-		if r.ID != c.s.memberID {
-			return nil, rpctypes.ErrGRPCMemberNotFound
-		}
-		return nil, errNeedsCluster("member update")
-	}
-	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberUpdate, func(role *Role) (*pb.MemberUpdateResponse, error) {
-		members, err := c.s.membership.UpdateMember(ctx, r.ID, r.PeerURLs)
-		if err != nil {
-			return nil, toGRPC(err)
-		}
-		return &pb.MemberUpdateResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
-	})
+	return changeMember(ctx, c.s, r, r.ID, errNeedsCluster("member update"), pb.ClusterClient.MemberUpdate,
+		func() ([]*pb.Member, error) { return c.s.membership.UpdateMember(ctx, r.ID, r.PeerURLs) },
+		func(h *pb.ResponseHeader, m []*pb.Member) *pb.MemberUpdateResponse {
+			return &pb.MemberUpdateResponse{Header: h, Members: m}
+		})
 }
 
 // MemberPromote makes a running learner a voting member; it campaigns in
-// the election from then on.
+// the election from then on. A single node is a voting member.
 func (c *clusterServer) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	if c.s.membership == nil {
-		// A single node is a voting member.
-		if r.ID == c.s.memberID {
-			return nil, rpctypes.ErrGRPCMemberNotLearner
+	return changeMember(ctx, c.s, r, r.ID, rpctypes.ErrGRPCMemberNotLearner, pb.ClusterClient.MemberPromote,
+		func() ([]*pb.Member, error) { return c.s.membership.PromoteMember(ctx, r.ID) },
+		func(h *pb.ResponseHeader, m []*pb.Member) *pb.MemberPromoteResponse {
+			return &pb.MemberPromoteResponse{Header: h, Members: m}
+		})
+}
+
+// changeMember serves a change of member id that answers with the members
+// after it. A single node answers self when id is its own and etcd's
+// member not found for any other; in a cluster the leader runs change
+// (onLeader) and answers with the header and the members.
+func changeMember[Req, Resp any](ctx context.Context, s *Services, r Req, id uint64, self error,
+	forward func(pb.ClusterClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
+	change func() ([]*pb.Member, error), answer func(*pb.ResponseHeader, []*pb.Member) Resp) (Resp, error) {
+	var none Resp
+	if s.membership == nil {
+		if id == s.memberID {
+			return none, self
 		}
-		return nil, rpctypes.ErrGRPCMemberNotFound
+		return none, rpctypes.ErrGRPCMemberNotFound
 	}
-	return onLeader(ctx, c.s, r, pb.ClusterClient.MemberPromote, func(role *Role) (*pb.MemberPromoteResponse, error) {
-		members, err := c.s.membership.PromoteMember(ctx, r.ID)
+	return onLeader(ctx, s, r, forward, func(role *Role) (Resp, error) {
+		members, err := change()
 		if err != nil {
-			return nil, toGRPC(err)
+			return none, toGRPC(err)
 		}
-		return &pb.MemberPromoteResponse{Header: c.s.header(role.Backend.Rev()), Members: members}, nil
+		return answer(s.header(role.Backend.Rev()), members), nil
 	})
 }
 

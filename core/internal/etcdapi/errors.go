@@ -52,31 +52,42 @@ func toGRPC(err error) error {
 	if s, ok := status.FromError(err); ok && (s.Code() != codes.Unknown || isAnswer(err)) {
 		return err
 	}
-	switch {
-	case errors.Is(err, mvcc.ErrCompacted):
-		return rpctypes.ErrGRPCCompacted
-	case errors.Is(err, mvcc.ErrFutureRev):
-		return rpctypes.ErrGRPCFutureRev
-	case errors.Is(err, mvcc.ErrLeaseNotFound):
-		return rpctypes.ErrGRPCLeaseNotFound
-	case errors.Is(err, mvcc.ErrLeaseExists):
-		return rpctypes.ErrGRPCLeaseExist
-	case errors.Is(err, mvcc.ErrKeyNotFound):
-		return rpctypes.ErrGRPCKeyNotFound
-	case errors.Is(err, mvcc.ErrTooLarge):
-		return status.Error(codes.InvalidArgument, fmt.Sprintf("engram: %v; split it (e.g. delete a large prefix in smaller ranges)", err))
-	case errors.Is(err, mvcc.ErrNotLeader):
-		return rpctypes.ErrGRPCLeaderChanged
-	case errors.Is(err, mvcc.ErrClosed):
-		return rpctypes.ErrGRPCStopped
-	case errors.Is(err, context.Canceled):
-		return rpctypes.ErrGRPCCanceled
-	case errors.Is(err, context.DeadlineExceeded):
-		return rpctypes.ErrGRPCDeadlineExceeded
-	case errors.Is(err, mvcc.ErrStoreConflict), errors.Is(err, mvcc.ErrUnavailable):
-		return status.Error(codes.Unavailable, fmt.Sprintf("engram: %v", err))
+	for _, a := range backendAnswers {
+		if errors.Is(err, a.cause) {
+			return a.answer(err)
+		}
 	}
 	return status.Error(codes.Internal, fmt.Sprintf("engram: %v", err))
+}
+
+// backendAnswers are etcd's answers to the backend's errors, tried in
+// order: the first cause err wraps decides.
+var backendAnswers = [...]struct {
+	cause  error
+	answer func(err error) error
+}{
+	{mvcc.ErrCompacted, always(rpctypes.ErrGRPCCompacted)},
+	{mvcc.ErrFutureRev, always(rpctypes.ErrGRPCFutureRev)},
+	{mvcc.ErrLeaseNotFound, always(rpctypes.ErrGRPCLeaseNotFound)},
+	{mvcc.ErrLeaseExists, always(rpctypes.ErrGRPCLeaseExist)},
+	{mvcc.ErrKeyNotFound, always(rpctypes.ErrGRPCKeyNotFound)},
+	{mvcc.ErrTooLarge, func(err error) error {
+		return status.Error(codes.InvalidArgument, fmt.Sprintf("engram: %v; split it (e.g. delete a large prefix in smaller ranges)", err))
+	}},
+	{mvcc.ErrNotLeader, always(rpctypes.ErrGRPCLeaderChanged)},
+	{mvcc.ErrClosed, always(rpctypes.ErrGRPCStopped)},
+	{context.Canceled, always(rpctypes.ErrGRPCCanceled)},
+	{context.DeadlineExceeded, always(rpctypes.ErrGRPCDeadlineExceeded)},
+	{mvcc.ErrStoreConflict, unavailable},
+	{mvcc.ErrUnavailable, unavailable},
+}
+
+// always answers every error of its cause with answer.
+func always(answer error) func(error) error { return func(error) error { return answer } }
+
+// unavailable answers a write that was not applied and may be retried.
+func unavailable(err error) error {
+	return status.Error(codes.Unavailable, fmt.Sprintf("engram: %v", err))
 }
 
 // isAnswer reports whether err is itself a status error, not one wrapped

@@ -17,25 +17,39 @@ type kvServer struct {
 }
 
 func (k *kvServer) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := k.s.limits.checkSize(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.limits.checkRange(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.authorize(ctx, needRange(r)); err != nil {
+	if err := admit(ctx, k.s, r, Limits.checkRange, needRange(r)); err != nil {
 		return nil, err
 	}
 	// A leader whose lease lapsed refuses reads until the next role
 	// serves them (reroute.go).
 	return serveWithRole(ctx, k.s, false, func(role *Role) (*pb.RangeResponse, error) {
 		resp, err := role.Backend.Range(ctx, r)
-		if err != nil {
-			return nil, fromBackend(err)
-		}
-		k.s.fillHeader(&resp.Header, 0)
-		return resp, nil
+		return answered(k.s, resp, err, func(resp *pb.RangeResponse) **pb.ResponseHeader { return &resp.Header })
 	})
+}
+
+// admit makes the checks etcd makes of a Range or a DeleteRange before it
+// is served, in etcd's order: the request's size, its own limits, the
+// caller's permission.
+func admit[Req proto.Message](ctx context.Context, s *Services, r Req, limits func(Limits, Req) error, need func(auth.Checker, *auth.Info) error) error {
+	if err := s.limits.checkSize(r); err != nil {
+		return err
+	}
+	if err := limits(s.limits, r); err != nil {
+		return err
+	}
+	return s.authorize(ctx, need)
+}
+
+// answered completes what the backend answered: its error as etcd answers
+// it, else the answer with its top-level header (header) completed.
+func answered[Resp any](s *Services, resp Resp, err error, header func(Resp) **pb.ResponseHeader) (Resp, error) {
+	if err != nil {
+		var none Resp
+		return none, fromBackend(err)
+	}
+	s.fillHeader(header(resp), 0)
+	return resp, nil
 }
 
 func (k *kvServer) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse, error) {
@@ -95,22 +109,12 @@ func serveWrite[Req proto.Message, Resp any](ctx context.Context, s *Services, r
 			return forward(ctx, role, pb.NewKVClient, w.forward, r)
 		}
 		resp, err := w.apply(role.Backend, ctx, r)
-		if err != nil {
-			return none, fromBackend(err)
-		}
-		s.fillHeader(w.header(resp), 0)
-		return resp, nil
+		return answered(s, resp, err, w.header)
 	})
 }
 
 func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
-	if err := k.s.limits.checkSize(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.limits.checkDelete(r); err != nil {
-		return nil, err
-	}
-	if err := k.s.authorize(ctx, needDelete(r)); err != nil {
+	if err := admit(ctx, k.s, r, Limits.checkDelete, needDelete(r)); err != nil {
 		return nil, err
 	}
 	return serveWithRole(ctx, k.s, true, func(role *Role) (*pb.DeleteRangeResponse, error) {
@@ -118,11 +122,7 @@ func (k *kvServer) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (*
 			return forward(ctx, role, pb.NewKVClient, pb.KVClient.DeleteRange, r)
 		}
 		resp, err := role.Backend.DeleteRange(ctx, r)
-		if err != nil {
-			return nil, fromBackend(err)
-		}
-		k.s.fillHeader(&resp.Header, 0)
-		return resp, nil
+		return answered(k.s, resp, err, func(resp *pb.DeleteRangeResponse) **pb.ResponseHeader { return &resp.Header })
 	})
 }
 

@@ -81,22 +81,16 @@ type Metrics struct {
 // gauges read src when scraped.
 func New(reg prometheus.Registerer, src Sources) *Metrics {
 	m := &Metrics{
-		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "leader_changes_seen_total",
-			Help: "The number of leader changes seen."}),
-		proposalsFailed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "server", Name: "proposals_failed_total",
-			Help: "The total number of failed proposals seen."}),
-		proposalsPending: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "proposals_pending",
-			Help: "The current number of pending proposals to commit."}),
-		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd", Subsystem: "disk", Name: "backend_commit_duration_seconds",
-			Help: "The latency distributions of commit called by backend.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
-		watchStreams: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd_debugging", Subsystem: "mvcc", Name: "watch_stream_total",
-			Help: "Total number of watch streams."}),
-		sentBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network", Name: "client_grpc_sent_bytes_total",
-			Help: "The total number of bytes sent to grpc clients."}),
-		receivedBytes: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "network", Name: "client_grpc_received_bytes_total",
-			Help: "The total number of bytes received from grpc clients."}),
-		mvcc:  newMVCCMetrics(reg, src.LeaseKeys),
-		lease: newLeaseMetrics(reg),
+		leaderChanges:    counter("etcd_server_leader_changes_seen_total", "The number of leader changes seen."),
+		proposalsFailed:  counter("etcd_server_proposals_failed_total", "The total number of failed proposals seen."),
+		proposalsPending: gauge("etcd_server_proposals_pending", "The current number of pending proposals to commit."),
+		commitSeconds: histogram("etcd_disk_backend_commit_duration_seconds", "The latency distributions of commit called by backend.",
+			prometheus.ExponentialBuckets(0.001, 2, 14)),
+		watchStreams:  gauge("etcd_debugging_mvcc_watch_stream_total", "Total number of watch streams."),
+		sentBytes:     counter("etcd_network_client_grpc_sent_bytes_total", "The total number of bytes sent to grpc clients."),
+		receivedBytes: counter("etcd_network_client_grpc_received_bytes_total", "The total number of bytes received from grpc clients."),
+		mvcc:          newMVCCMetrics(reg, src.LeaseKeys),
+		lease:         newLeaseMetrics(reg),
 	}
 	if reg == nil {
 		return m
@@ -107,26 +101,22 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		}
 		return 0
 	}
-	serverVersion := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "version",
+	serverVersion := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "etcd_server_version",
 		Help: "Which version is running. 1 for 'server_version' label with current version."}, []string{"server_version"})
 	serverVersion.WithLabelValues(version.Version).Set(1)
+	// etcd sets proposals_committed_total and proposals_applied_total from
+	// raft's commit and applied indexes; Engram commits and applies in one
+	// step and reports its revision as the raft index (Status), so both
+	// are that revision.
+	revision := func() float64 { return float64(src.Revision()) }
 	reg.MustRegister(m.leaderChanges, m.proposalsFailed, m.proposalsPending, m.commitSeconds, m.watchStreams,
 		m.sentBytes, m.receivedBytes, serverVersion,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "has_leader",
-			Help: "Whether or not a leader exists. 1 is existence, 0 is not."},
+		gaugeFunc("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.",
 			func() float64 { return bool01(src.HasLeader()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "is_leader",
-			Help: "Whether or not this member is a leader. 1 if is, 0 otherwise."},
+		gaugeFunc("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.",
 			func() float64 { return bool01(src.IsLeader()) }),
-		// etcd sets these from raft's commit and applied indexes; Engram
-		// commits and applies in one step and reports its revision as
-		// the raft index (Status), so both are that revision.
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "proposals_committed_total",
-			Help: "The total number of consensus proposals committed."},
-			func() float64 { return float64(src.Revision()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "proposals_applied_total",
-			Help: "The total number of consensus proposals applied."},
-			func() float64 { return float64(src.Revision()) }),
+		gaugeFunc("etcd_server_proposals_committed_total", "The total number of consensus proposals committed.", revision),
+		gaugeFunc("etcd_server_proposals_applied_total", "The total number of consensus proposals applied.", revision),
 	)
 	if sz, ok := src.Store.(kv.Sizer); ok {
 		reg.MustRegister(&dbSizeCollector{size: sz})
@@ -135,6 +125,24 @@ func New(reg prometheus.Registerer, src Sources) *Metrics {
 		}
 	}
 	return m
+}
+
+// counter, gauge, gaugeFunc and histogram make a series of etcd's under
+// its full name, as etcd's documentation, alerts and dashboards spell it.
+func counter(name, help string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+}
+
+func gauge(name, help string) prometheus.Gauge {
+	return prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
+}
+
+func gaugeFunc(name, help string, value func() float64) prometheus.GaugeFunc {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, value)
+}
+
+func histogram(name, help string, buckets []float64) prometheus.Histogram {
+	return prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
 }
 
 // LeaderSeen counts a change of the known leader as etcd counts raft's:

@@ -21,16 +21,12 @@ type leaseMetrics struct {
 
 func newLeaseMetrics(reg prometheus.Registerer) *leaseMetrics {
 	m := &leaseMetrics{
-		granted: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "lease", Name: "granted_total",
-			Help: "The total number of granted leases."}),
-		revoked: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "lease", Name: "revoked_total",
-			Help: "The total number of revoked leases."}),
-		renewed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "lease", Name: "renewed_total",
-			Help: "The number of renewed leases seen by the leader."}),
-		ttls: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "etcd_debugging", Subsystem: "lease", Name: "ttl_total",
-			Help: "Bucketed histogram of lease TTLs.", Buckets: prometheus.ExponentialBuckets(1, 2, 24)}),
-		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd_debugging", Subsystem: "server", Name: "lease_expired_total",
-			Help: "The total number of expired leases."}),
+		granted: counter("etcd_debugging_lease_granted_total", "The total number of granted leases."),
+		revoked: counter("etcd_debugging_lease_revoked_total", "The total number of revoked leases."),
+		renewed: counter("etcd_debugging_lease_renewed_total", "The number of renewed leases seen by the leader."),
+		ttls: histogram("etcd_debugging_lease_ttl_total", "Bucketed histogram of lease TTLs.",
+			prometheus.ExponentialBuckets(1, 2, 24)),
+		expired: counter("etcd_debugging_server_lease_expired_total", "The total number of expired leases."),
 	}
 	if reg != nil {
 		reg.MustRegister(m.granted, m.revoked, m.renewed, m.ttls, m.expired)

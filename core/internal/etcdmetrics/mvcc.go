@@ -22,14 +22,11 @@ type mvccMetrics struct {
 }
 
 func newMVCCMetrics(reg prometheus.Registerer, leaseKeys func(id int64) int) *mvccMetrics {
-	c := func(name, help string) prometheus.Counter {
-		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "etcd", Subsystem: "mvcc", Name: name, Help: help})
-	}
 	m := &mvccMetrics{
-		ranges:  c("range_total", "Total number of ranges seen by this member."),
-		puts:    c("put_total", "Total number of puts seen by this member."),
-		deletes: c("delete_total", "Total number of deletes seen by this member."),
-		txns:    c("txn_total", "Total number of txns seen by this member."),
+		ranges:  counter("etcd_mvcc_range_total", "Total number of ranges seen by this member."),
+		puts:    counter("etcd_mvcc_put_total", "Total number of puts seen by this member."),
+		deletes: counter("etcd_mvcc_delete_total", "Total number of deletes seen by this member."),
+		txns:    counter("etcd_mvcc_txn_total", "Total number of txns seen by this member."),
 
 		leaseKeys: leaseKeys,
 	}

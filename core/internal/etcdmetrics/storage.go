@@ -60,8 +60,7 @@ func (c *dbSizeCollector) Collect(ch chan<- prometheus.Metric) {
 // by. Only a server that enforces a quota exports it (etcd always has one,
 // 2 GiB by default; Engram has none unless configured).
 func quotaGauge(bytes int64) prometheus.Collector {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "etcd", Subsystem: "server", Name: "quota_backend_bytes",
-		Help: "Current backend storage quota size in bytes."})
+	g := gauge("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes.")
 	g.Set(float64(bytes))
 	return g
 }

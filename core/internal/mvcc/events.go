@@ -113,16 +113,12 @@ func (b *Backend) materialize(ctx context.Context, rev int64, c Change) (*mvccpb
 	if c.PrevRev > 0 {
 		pe := entry{key: c.Key, hdr: Version{ModRev: c.PrevRev}}
 		raw, err := b.store.Get(ctx, coder.ObjectKey(c.Key, c.PrevRev))
-		switch {
-		case errors.Is(err, kv.ErrNotFound):
-			// Compacted away: etcd leaves prev_kv unset in this case too.
-		case err != nil:
-			return nil, storageErr("get previous object", err)
-		default:
-			h, val, err := decodeHeader(raw)
-			if err != nil {
-				return nil, err
-			}
+		h, val, found, err := decodeRead(raw, err, "get previous object")
+		if err != nil {
+			return nil, err
+		}
+		// Not found: compacted away; etcd leaves prev_kv unset then too.
+		if found {
 			h.ModRev = c.PrevRev
 			pe.hdr, pe.value = h, val
 			ev.PrevKv = pe.keyValue(true)

@@ -3,7 +3,6 @@ package mvcc
 import (
 	"bytes"
 	"context"
-	"errors"
 	"hash/maphash"
 	"slices"
 	"unsafe"
@@ -145,15 +144,11 @@ func (g *group) state(key []byte) (*keyState, error) {
 	}
 	raw, presumed, err := g.record(key)
 	s.presumed = presumed
-	switch {
-	case errors.Is(err, kv.ErrNotFound):
-	case err != nil:
-		return nil, storageErr("get revision key", err)
-	default:
-		h, val, err := decodeHeader(raw)
-		if err != nil {
-			return nil, err
-		}
+	h, val, found, err := decodeRead(raw, err, "get revision key")
+	if err != nil {
+		return nil, err
+	}
+	if found {
 		s.base, s.cur, s.exists, s.value = raw, h, true, val
 	}
 	g.keys[string(key)] = s

@@ -25,25 +25,21 @@ import (
 // lease: etcd 3.7 answers such a read from its key index alone, which holds
 // revisions and versions but not leases.
 func (b *Backend) RangeChunk(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	cur, rev, unpin, err := b.pinRead(ctx, req.Revision)
-	if err != nil {
-		return nil, err
-	}
-	defer unpin()
 	keep := -1
 	if req.Limit > 0 && (plainOrder(req) || limitBeforeSort(req)) {
 		keep = int(req.Limit) + 1
 	}
-	entries, err := b.pageAt(ctx, req.Key, req.RangeEnd, rev, keep)
+	resp, err := b.answerRange(ctx, req, func(rev int64) ([]entry, int, error) {
+		entries, err := b.pageAt(ctx, req.Key, req.RangeEnd, rev, keep)
+		return entries, len(entries), err
+	})
 	if err != nil {
 		return nil, err
 	}
-	resp := buildRange(req, entries, len(entries))
 	if req.KeysOnly && req.SortTarget != pb.RangeRequest_VALUE {
 		for _, kv := range resp.Kvs {
 			kv.Lease = 0
 		}
 	}
-	resp.Header = &pb.ResponseHeader{Revision: cur}
 	return resp, nil
 }

@@ -37,11 +37,6 @@ func (e *entry) keyValue(withValue bool) *mvccpb.KeyValue {
 // Range serves an etcd Range at req.Revision (0 = current). How a read at a
 // past revision finds its versions: (DESIGN.md, "Reads at a revision").
 func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse, error) {
-	cur, rev, unpin, err := b.pinRead(ctx, req.Revision)
-	if err != nil {
-		return nil, err
-	}
-	defer unpin()
 	// count_only keeps nothing: the range is only counted. Without sorting
 	// or filters only the first Limit entries are kept; the rest are only
 	// counted. With a sort target but no order, etcd reads one entry past
@@ -56,7 +51,21 @@ func (b *Backend) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeRes
 	case limitBeforeSort(req):
 		keep = int(req.Limit) + 1
 	}
-	entries, count, err := b.entriesAt(ctx, req.Key, req.RangeEnd, rev, keep)
+	return b.answerRange(ctx, req, func(rev int64) ([]entry, int, error) {
+		return b.entriesAt(ctx, req.Key, req.RangeEnd, rev, keep)
+	})
+}
+
+// answerRange answers req with the entries read reads at req's revision,
+// pinned while it reads, and how many it counted; the header carries the
+// current revision.
+func (b *Backend) answerRange(ctx context.Context, req *pb.RangeRequest, read func(rev int64) ([]entry, int, error)) (*pb.RangeResponse, error) {
+	cur, rev, unpin, err := b.pinRead(ctx, req.Revision)
+	if err != nil {
+		return nil, err
+	}
+	defer unpin()
+	entries, count, err := read(rev)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/engramkv/engram/core/kv"
 )
 
 // Version is the metadata of one version of a key (its record's header).
@@ -67,6 +69,20 @@ func objectLen(value []byte) int { return 2 + 5*5 + len(value) }
 // revisions were kept (recordFormat); export then takes the sub revision
 // from the change log while it still holds the version's revision.
 const subUnknown = -1
+
+// decodeRead decodes a record the store answered a read of op with: found
+// is false when it holds none (kv.ErrNotFound); a failed read is a storage
+// error.
+func decodeRead(raw []byte, readErr error, op string) (h Version, value []byte, found bool, err error) {
+	switch {
+	case errors.Is(readErr, kv.ErrNotFound):
+		return h, nil, false, nil
+	case readErr != nil:
+		return h, nil, false, storageErr(op, readErr)
+	}
+	h, value, err = decodeHeader(raw)
+	return h, value, err == nil, err
+}
 
 // decodeHeader decodes a header and returns the bytes after it (the value of
 // an object record).

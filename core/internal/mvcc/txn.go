@@ -265,12 +265,7 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*txnOut, []b
 			if err != nil {
 				return nil, nil, err
 			}
-			o := &rangeOut{}
-			o.hdr.Revision = g.seenRev(rev)
-			rr.Header = &o.hdr
-			o.wrap.ResponseRange = rr
-			o.op.Response = &o.wrap
-			out = &o.op
+			out = g.rangeAnswer(rr, rev)
 		case *pb.RequestOp_RequestPut:
 			o := &to.put
 			if to.putUsed {
@@ -286,16 +281,10 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*txnOut, []b
 			o.op.Response = &o.wrap
 			out = &o.op
 		case *pb.RequestOp_RequestDeleteRange:
-			dr, err := g.deleteRange(r.RequestDeleteRange, rev)
-			if err != nil {
+			var err error
+			if out, err = g.deleteRange(r.RequestDeleteRange, rev); err != nil {
 				return nil, nil, err
 			}
-			o := &deleteOut{}
-			o.hdr.Revision = g.seenRev(rev)
-			dr.Header = &o.hdr
-			o.wrap.ResponseDeleteRange = dr
-			o.op.Response = &o.wrap
-			out = &o.op
 		case *pb.RequestOp_RequestTxn:
 			nested, r2, err := g.execPath(r.RequestTxn, rest, rev)
 			if err != nil {
@@ -310,6 +299,23 @@ func (g *group) execPath(t *pb.TxnRequest, path []bool, rev int64) (*txnOut, []b
 		resp.Responses = append(resp.Responses, out)
 	}
 	return to, rest, nil
+}
+
+// rangeAnswer wraps a range's answer inside a transaction; its header is
+// the revision the transaction has reached.
+func (g *group) rangeAnswer(rr *pb.RangeResponse, rev int64) *pb.ResponseOp {
+	o := &rangeOut{}
+	rr.Header = g.seenHeader(&o.hdr, rev)
+	o.wrap.ResponseRange = rr
+	o.op.Response = &o.wrap
+	return &o.op
+}
+
+// seenHeader sets hdr to the revision the transaction writing rev has
+// reached (seenRev), the header of a range's or a delete's answer.
+func (g *group) seenHeader(hdr *pb.ResponseHeader, rev int64) *pb.ResponseHeader {
+	hdr.Revision = g.seenRev(rev)
+	return hdr
 }
 
 // seenRev is the revision the transaction writing rev has reached: rev
@@ -348,6 +354,7 @@ type (
 	deleteOut struct {
 		op   pb.ResponseOp
 		wrap pb.ResponseOp_ResponseDeleteRange
+		resp pb.DeleteRangeResponse
 		hdr  pb.ResponseHeader
 	}
 )
@@ -377,12 +384,17 @@ func (g *group) put(p *pb.PutRequest, rev int64, resp *pb.PutResponse) error {
 	return nil
 }
 
-func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRangeResponse, error) {
+// deleteRange stages the deletion of the live keys in d's range and
+// answers it; the answer's header is the revision reached once they are
+// staged.
+func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.ResponseOp, error) {
 	keys, err := g.liveRange(d.Key, d.RangeEnd)
 	if err != nil {
 		return nil, err
 	}
-	resp := &pb.DeleteRangeResponse{Deleted: int64(len(keys))}
+	out := &deleteOut{}
+	resp := &out.resp
+	resp.Deleted = int64(len(keys))
 	for _, k := range keys {
 		s := g.keys[string(k)]
 		o := newEvent(k, s)
@@ -391,5 +403,8 @@ func (g *group) deleteRange(d *pb.DeleteRangeRequest, rev int64) (*pb.DeleteRang
 		}
 		g.stageVersion(k, s, Version{ModRev: rev, Tombstone: true}, nil, o)
 	}
-	return resp, nil
+	resp.Header = g.seenHeader(&out.hdr, rev)
+	out.wrap.ResponseDeleteRange = resp
+	out.op.Response = &out.wrap
+	return &out.op, nil
 }

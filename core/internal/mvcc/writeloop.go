@@ -133,28 +133,16 @@ func (b *Backend) Txn(ctx context.Context, txn *pb.TxnRequest) (*pb.TxnResponse,
 func (b *Backend) Put(ctx context.Context, req *pb.PutRequest) (*pb.PutResponse, error) {
 	w := new(oneOpTxn)
 	w.put.RequestPut = req
-	w.op.Request = &w.put
-	resp, err := b.single(ctx, w)
-	if err != nil {
-		return nil, err
-	}
-	out := resp.Responses[0].GetResponsePut()
-	out.Header = resp.Header
-	return out, nil
+	op, err := b.single(ctx, w)
+	return op.GetResponsePut(), err
 }
 
 // DeleteRange executes an etcd DeleteRange.
 func (b *Backend) DeleteRange(ctx context.Context, req *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	w := new(oneOpTxn)
 	w.del.RequestDeleteRange = req
-	w.op.Request = &w.del
-	resp, err := b.single(ctx, w)
-	if err != nil {
-		return nil, err
-	}
-	out := resp.Responses[0].GetResponseDeleteRange()
-	out.Header = resp.Header
-	return out, nil
+	op, err := b.single(ctx, w)
+	return op.GetResponseDeleteRange(), err
 }
 
 // oneOpTxn wraps one Put or DeleteRange as the transaction the writer
@@ -168,15 +156,29 @@ type oneOpTxn struct {
 	del pb.RequestOp_RequestDeleteRange
 }
 
-// single executes w's op as a transaction of one op.
-func (b *Backend) single(ctx context.Context, w *oneOpTxn) (*pb.TxnResponse, error) {
+// single executes w's op, its put if set, else its delete, as a
+// transaction of one op, and returns that op's answer (nil on an error)
+// with the transaction's header as its own.
+func (b *Backend) single(ctx context.Context, w *oneOpTxn) (*pb.ResponseOp, error) {
+	if w.put.RequestPut != nil {
+		w.op.Request = &w.put
+	} else {
+		w.op.Request = &w.del
+	}
 	w.ops[0] = &w.op
 	w.txn.Success = w.ops[:]
 	res, err := b.submit(ctx, b.txnRequest(ctx, &w.txn, true))
 	if err != nil {
 		return nil, err
 	}
-	return res.txn, nil
+	op := res.txn.Responses[0]
+	switch r := op.Response.(type) {
+	case *pb.ResponseOp_ResponsePut:
+		r.ResponsePut.Header = res.txn.Header
+	case *pb.ResponseOp_ResponseDeleteRange:
+		r.ResponseDeleteRange.Header = res.txn.Header
+	}
+	return op, nil
 }
 
 // txnRequest builds the writer's request for t, with the records it will

@@ -346,6 +346,39 @@ func decode(k *koanf.Koanf, dst *Config, where func(key string) string) error {
 	return errors.Join(errs...)
 }
 
+// valueOrString converts raw, a T already or a string that parse reads,
+// to a T; anything else is an error: want, and what raw is.
+func valueOrString[T any](raw any, parse func(string) (T, error), want string) (reflect.Value, error) {
+	switch v := raw.(type) {
+	case T:
+		return reflect.ValueOf(v), nil
+	case string:
+		t, err := parse(v)
+		if err != nil {
+			return reflect.Value{}, err
+		}
+		return reflect.ValueOf(t), nil
+	default:
+		return reflect.Value{}, fmt.Errorf("%s, got %v", want, raw)
+	}
+}
+
+func parseDuration(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("want a duration such as 500ms, 30s or 10m: %w", err)
+	}
+	return d, nil
+}
+
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return false, fmt.Errorf("want true or false, got %q", s)
+	}
+	return b, nil
+}
+
 // convert turns a raw value from YAML, the environment (always a string) or
 // a flag into typ. It is stricter than a generic decoder where leniency
 // hides mistakes: a bare number is not a duration (is 30 seconds or
@@ -356,18 +389,7 @@ func convert(raw any, typ reflect.Type) (reflect.Value, error) {
 	}
 	switch typ {
 	case reflect.TypeFor[time.Duration]():
-		switch v := raw.(type) {
-		case time.Duration:
-			return reflect.ValueOf(v), nil
-		case string:
-			d, err := time.ParseDuration(strings.TrimSpace(v))
-			if err != nil {
-				return reflect.Value{}, fmt.Errorf("want a duration such as 500ms, 30s or 10m: %w", err)
-			}
-			return reflect.ValueOf(d), nil
-		default:
-			return reflect.Value{}, fmt.Errorf("want a duration with a unit such as 30s or 10m, got %v", raw)
-		}
+		return valueOrString(raw, parseDuration, "want a duration with a unit such as 30s or 10m")
 	case reflect.TypeFor[[]string]():
 		var out []string
 		switch v := raw.(type) {
@@ -404,18 +426,7 @@ func convert(raw any, typ reflect.Type) (reflect.Value, error) {
 			return reflect.Value{}, fmt.Errorf("want a string, got %v", raw)
 		}
 	case reflect.Bool:
-		switch v := raw.(type) {
-		case bool:
-			return reflect.ValueOf(v), nil
-		case string:
-			b, err := strconv.ParseBool(strings.TrimSpace(v))
-			if err != nil {
-				return reflect.Value{}, fmt.Errorf("want true or false, got %q", v)
-			}
-			return reflect.ValueOf(b), nil
-		default:
-			return reflect.Value{}, fmt.Errorf("want true or false, got %v", raw)
-		}
+		return valueOrString(raw, parseBool, "want true or false")
 	case reflect.Int, reflect.Int64:
 		n, err := toInt64(raw)
 		if err != nil {
