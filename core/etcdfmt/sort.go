@@ -3,7 +3,6 @@ package etcdfmt
 import (
 	"bufio"
 	"bytes"
-	"cmp"
 	"container/heap"
 	"context"
 	"encoding/binary"
@@ -11,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 )
 
 const (
@@ -66,7 +64,10 @@ type Sorter struct {
 	spare    *Sorter
 	// shared is how many leading bytes every key of the batch has in
 	// common (a key sorter's: see sortBatch).
-	shared  int
+	shared int
+	// radix is the sort's scratch memory, lent to the batch being
+	// written: one batch is sorted at a time.
+	radix   *radixScratch
 	n       int64
 	sealed  bool
 	scratch []byte
@@ -92,7 +93,7 @@ func NewSorter(dir string, memLimit int) *Sorter {
 	if memLimit <= 0 {
 		memLimit = defaultSortMem
 	}
-	return &Sorter{dir: dir, memLimit: memLimit}
+	return &Sorter{dir: dir, memLimit: memLimit, radix: &radixScratch{}}
 }
 
 // NewKeySorter is NewSorter for (key, revision) order. It does not reject
@@ -191,7 +192,7 @@ func (s *Sorter) share(key []byte) {
 
 func (s *Sorter) sortBatch() {
 	if !s.byKey {
-		slices.SortFunc(s.items, func(a, b sortItem) int { return s.compare(nil, a.rev, nil, b.rev) })
+		sortByRevision(s.items, s.radix)
 		return
 	}
 	// Keys of one kind share a long prefix (/registry/pods/...): bytes
@@ -204,15 +205,7 @@ func (s *Sorter) sortBatch() {
 		it := &s.items[i]
 		it.head = keyHead(s.itemKey(*it)[s.shared:])
 	}
-	slices.SortFunc(s.items, func(a, b sortItem) int {
-		if c := cmp.Compare(a.head[0], b.head[0]); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.head[1], b.head[1]); c != 0 {
-			return c
-		}
-		return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev)
-	})
+	sortByHead(s.items, s.radix, func(a, b sortItem) int { return s.compare(s.itemKey(a), a.rev, s.itemKey(b), b.rev) })
 }
 
 // keyHead is key's first 16 bytes as two big-endian numbers, zero-padded.
@@ -239,7 +232,7 @@ func (s *Sorter) spillBatch() error {
 	// The full batch is sorted and written on a goroutine of its own
 	// while the next one fills the buffers of the batch spilled before:
 	// reading the input and sorting take a core each.
-	full := &Sorter{byKey: s.byKey, blocks: s.blocks, items: s.items, shared: s.shared}
+	full := &Sorter{byKey: s.byKey, blocks: s.blocks, items: s.items, shared: s.shared, radix: s.radix}
 	// The next batch holds about as many rows: sized from this one, its
 	// index is not grown (and copied) from nothing again.
 	s.blocks, s.items, s.used = nil, make([]sortItem, 0, len(full.items)), 0
