@@ -15,8 +15,9 @@ import (
 const (
 	defaultSortMem = 64 << 20
 	// sortIndexOverhead is what one buffered row costs besides its encoded
-	// bytes: its sortItem.
-	sortIndexOverhead = 48
+	// bytes: its sortItem, and its two entries of the sort's scratch
+	// (radixScratch).
+	sortIndexOverhead = 48 + 2*24
 	// A merge reads each run through its own buffer; the buffers share
 	// the memory limit but never shrink below minRunBuf (tiny buffers make
 	// the merge one read call per row) nor grow beyond maxRunBuf (bigger

@@ -20,19 +20,19 @@ type radixEntry struct {
 }
 
 // radixScratch is the memory a sort works in, kept for the next batch:
-// fresh memory for every batch would be faulted in again each time.
+// fresh memory for every batch would be faulted in again each time. It is
+// two radixEntry per row, which sortIndexOverhead counts.
 type radixScratch struct {
 	src, dst []radixEntry
-	sorted   []sortItem
 	ties     [][2]int
 }
 
 // grow returns the scratch sized for n entries.
-func (r *radixScratch) grow(n int) (src, dst []radixEntry, sorted []sortItem) {
+func (r *radixScratch) grow(n int) (src, dst []radixEntry) {
 	if cap(r.src) < n {
-		r.src, r.dst, r.sorted = make([]radixEntry, n), make([]radixEntry, n), make([]sortItem, n)
+		r.src, r.dst = make([]radixEntry, n), make([]radixEntry, n)
 	}
-	return r.src[:n], r.dst[:n], r.sorted[:n]
+	return r.src[:n], r.dst[:n]
 }
 
 // radixSort orders items by (hi, lo), the numbers key gives each, and
@@ -44,7 +44,7 @@ func radixSort(items []sortItem, r *radixScratch, key func(*sortItem) (hi, lo ui
 	if n < 2 {
 		return nil
 	}
-	src, dst, sorted := r.grow(n)
+	src, dst := r.grow(n)
 	ties = r.ties[:0]
 	defer func() { r.ties = ties[:0] }()
 	var variesHi, variesLo uint64
@@ -87,9 +87,8 @@ func radixSort(items []sortItem, r *radixScratch, key func(*sortItem) (hi, lo ui
 			pass(shift, true)
 		}
 	}
-	for i, e := range src {
-		sorted[i] = items[e.at]
-		if i > 0 && e.hi == src[i-1].hi && e.lo == src[i-1].lo {
+	for i := 1; i < n; i++ {
+		if src[i].hi == src[i-1].hi && src[i].lo == src[i-1].lo {
 			if len(ties) > 0 && ties[len(ties)-1][1] == i {
 				ties[len(ties)-1][1] = i + 1
 			} else {
@@ -97,8 +96,33 @@ func radixSort(items []sortItem, r *radixScratch, key func(*sortItem) (hi, lo ui
 			}
 		}
 	}
-	copy(items, sorted)
+	permute(items, src)
 	return ties
+}
+
+// moved marks a radixEntry whose item is in place.
+const moved = ^uint32(0)
+
+// permute puts items in order in place: place i takes the item that was
+// at order[i].at. Each cycle of the permutation is followed once, holding
+// one item aside, so no second copy of the batch is needed.
+func permute(items []sortItem, order []radixEntry) {
+	for i := range order {
+		if order[i].at == moved {
+			continue
+		}
+		held := items[i]
+		for j := i; ; {
+			k := int(order[j].at)
+			order[j].at = moved
+			if k == i {
+				items[j] = held
+				break
+			}
+			items[j] = items[k]
+			j = k
+		}
+	}
 }
 
 // sortByRevision orders items by (Main, Sub); equal revisions, which Each
