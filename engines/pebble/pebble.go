@@ -250,13 +250,10 @@ func (s *Store) Stats() Stats { return s.stats.Stats() }
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := s.gate.Enter(); err != nil {
+	if err := s.gate.EnterKey(key); err != nil {
 		return nil, err
 	}
 	defer s.gate.Exit()
-	if len(key) == 0 {
-		return nil, kv.ErrNotFound // no such key can have been stored
-	}
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebbledb.ErrNotFound) {
 		return nil, kv.ErrNotFound
