@@ -10,10 +10,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -109,13 +107,11 @@ func (h *harness) runChurn(ctx context.Context) error {
 			return fmt.Errorf("--churn-from %s: %w", c.from, err)
 		}
 	}
-	for _, store := range strings.Split(c.stores, ",") {
-		if store == "" {
-			continue
-		}
-		if store != storeEtcd && store != storeBadger && store != storePebble {
-			return fmt.Errorf("--churn-stores: %q has no disk to measure (want %s, %s or %s)", store, storeEtcd, storeBadger, storePebble)
-		}
+	stores, err := diskStores("--churn-stores", c.stores)
+	if err != nil {
+		return err
+	}
+	for _, store := range stores {
 		if c.from != "" {
 			if _, ok := c.res[store]; ok {
 				c.order = append(c.order, store)
@@ -125,12 +121,8 @@ func (h *harness) runChurn(ctx context.Context) error {
 		c.order = append(c.order, store)
 		res := &churnResult{Store: store}
 		c.res[store] = res
-		if err := h.churnStore(ctx, store, res); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			h.log.Error("churn failed", "store", store, "err", err)
-			res.Error = err.Error()
+		if res.Error, err = h.measureStore(ctx, "churn", store, func() error { return h.churnStore(ctx, store, res) }); err != nil {
+			return err
 		}
 	}
 	if err := h.writeChurnChart(c.chart); err != nil {
@@ -171,17 +163,8 @@ func (h *harness) churnStore(ctx context.Context, store string, res *churnResult
 		"--json=" + jsonPath, "--quiet"}
 	res.Commands = []string{srv.command(), "engram " + strings.Join(args, " ")}
 	h.log.Info("churn", "store", store, "duration", c.duration, "keys", c.keys, "compact every", c.compactEvery)
-	cmd := exec.CommandContext(ctx, h.engramBin, args...)
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("engram bench: %w (server log %s:\n%s)", err, srv.log, tail(srv.log))
-	}
-	r, err := result.ReadJSON(jsonPath)
-	if err != nil {
+	if res.Result, err = h.runOneWorkload(ctx, srv, args, jsonPath); err != nil {
 		return err
-	}
-	if len(r.Results) > 0 {
-		res.Result = &r.Results[0]
 	}
 	if res.AtEnd, err = measureDisk(store, dataDir); err != nil {
 		return err

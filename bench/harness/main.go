@@ -264,6 +264,25 @@ func (h *harness) benchArgs(endpoint, jsonPath, workloads string) []string {
 		"--json=" + jsonPath, "--quiet"}
 }
 
+// runOneWorkload runs engram bench with args, which write its report to
+// jsonPath, against srv, and returns the report's first result (nil when it
+// has none).
+func (h *harness) runOneWorkload(ctx context.Context, srv *server, args []string, jsonPath string) (*result.Result, error) {
+	cmd := exec.CommandContext(ctx, h.engramBin, args...)
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("engram bench: %w (server log %s:\n%s)", err, srv.log, tail(srv.log))
+	}
+	r, err := result.ReadJSON(jsonPath)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Results) == 0 {
+		return nil, nil
+	}
+	return &r.Results[0], nil
+}
+
 // benchStore runs every workload once against a fresh store.
 func (h *harness) benchStore(ctx context.Context, store string, rep int) error {
 	dir := filepath.Join(h.workDir, fmt.Sprintf("run%d", rep+1))

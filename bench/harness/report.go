@@ -68,16 +68,10 @@ func fnum(v float64) string {
 }
 
 func fms(v float64) string {
-	switch {
-	case math.IsNaN(v):
+	if math.IsNaN(v) {
 		return "–"
-	case v >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case v >= 10:
-		return fmt.Sprintf("%.1f", v)
-	default:
-		return fmt.Sprintf("%.2f", v)
 	}
+	return result.Millis(v)
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

@@ -224,26 +224,33 @@ func listRSS(p scalePoint) float64 {
 	return float64(max(p.ListRSSPeak-p.ListRSSBefore, 1))
 }
 
+// throughputMetric is the metric of an operation measured by its throughput,
+// which both stores' structures predict to cost log N per operation; why
+// says how, store by store.
+func throughputMetric(op string, measured func(scalePoint) scaleOp, why map[string]string) scaleMetric {
+	throughput := func(p scalePoint) float64 {
+		m := measured(p)
+		return orNaN(m.Throughput, m.Error != "")
+	}
+	return scaleMetric{key: op, title: op + " throughput", unit: "ops/s (cost: µs per " + op + ")",
+		value:  throughput,
+		cost:   func(p scalePoint) float64 { return perSecond(throughput(p)) },
+		format: fnum,
+		expect: map[string]string{storeEtcd: growthLog, storeBadger: growthLog},
+		why:    why,
+	}
+}
+
 func scaleMetrics() []scaleMetric {
 	ms := []scaleMetric{
-		{key: "get", title: "get throughput", unit: "ops/s (cost: µs per get)",
-			value:  func(p scalePoint) float64 { return orNaN(p.Get.Throughput, p.Get.Error != "") },
-			cost:   func(p scalePoint) float64 { return perSecond(orNaN(p.Get.Throughput, p.Get.Error != "")) },
-			format: fnum,
-			expect: map[string]string{storeEtcd: growthLog, storeBadger: growthLog},
-			why: map[string]string{
-				storeEtcd:   "a get walks etcd's in-memory treeIndex (a B-tree, depth log N) and then bbolt's B+tree (log N pages, read from the page cache while the file fits in memory)",
-				storeBadger: "a get hits Engram's latest-record LRU (bounded, so its hit rate falls as N grows) or searches badger's memtables and LSM levels (one more level per tenfold data, bloom filters skip most tables), so its cost grows with the number of levels",
-			}},
-		{key: "create", title: "create throughput", unit: "ops/s (cost: µs per create)",
-			value:  func(p scalePoint) float64 { return orNaN(p.Create.Throughput, p.Create.Error != "") },
-			cost:   func(p scalePoint) float64 { return perSecond(orNaN(p.Create.Throughput, p.Create.Error != "")) },
-			format: fnum,
-			expect: map[string]string{storeEtcd: growthLog, storeBadger: growthLog},
-			why: map[string]string{
-				storeEtcd:   "a create checks the key in treeIndex, inserts into bbolt's B+tree (copying the log N pages of its path at commit) and waits for an fsync whose cost does not depend on N",
-				storeBadger: "a create looks the key up (absent: bloom filters answer for most levels), appends to badger's memtable and write-ahead log (independent of N) and waits for the fsync; background compaction per write grows with the number of levels",
-			}},
+		throughputMetric("get", func(p scalePoint) scaleOp { return p.Get }, map[string]string{
+			storeEtcd:   "a get walks etcd's in-memory treeIndex (a B-tree, depth log N) and then bbolt's B+tree (log N pages, read from the page cache while the file fits in memory)",
+			storeBadger: "a get hits Engram's latest-record LRU (bounded, so its hit rate falls as N grows) or searches badger's memtables and LSM levels (one more level per tenfold data, bloom filters skip most tables), so its cost grows with the number of levels",
+		}),
+		throughputMetric("create", func(p scalePoint) scaleOp { return p.Create }, map[string]string{
+			storeEtcd:   "a create checks the key in treeIndex, inserts into bbolt's B+tree (copying the log N pages of its path at commit) and waits for an fsync whose cost does not depend on N",
+			storeBadger: "a create looks the key up (absent: bloom filters answer for most levels), appends to badger's memtable and write-ahead log (independent of N) and waits for the fsync; background compaction per write grows with the number of levels",
+		}),
 		{key: "list", title: "full list of a 100,000-key prefix (limit 500)", unit: "ms per full list, median",
 			value: func(p scalePoint) float64 { return orNaN(p.ListMillis, p.ListError != "") },
 			cost: func(p scalePoint) float64 {

@@ -280,3 +280,34 @@ func tail(path string) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// diskStores parses flag's comma-separated list of stores, each one with a
+// data directory to measure.
+func diskStores(flag, list string) ([]string, error) {
+	var stores []string
+	for _, store := range strings.Split(list, ",") {
+		switch store {
+		case "":
+		case storeEtcd, storeBadger, storePebble:
+			stores = append(stores, store)
+		default:
+			return nil, fmt.Errorf("%s: %q has no disk to measure (want %s, %s or %s)", flag, store, storeEtcd, storeBadger, storePebble)
+		}
+	}
+	return stores, nil
+}
+
+// measureStore runs one store's measurement named what. A store failing (a
+// crash, a refused request) is a result to report, not a reason to lose the
+// others: its error comes back as failure, and err is set only when ctx
+// ended the run.
+func (h *harness) measureStore(ctx context.Context, what, store string, measure func() error) (failure string, err error) {
+	if err := measure(); err != nil {
+		if ctx.Err() != nil {
+			return "", err
+		}
+		h.log.Error(what+" failed", "store", store, "err", err)
+		return err.Error(), nil
+	}
+	return "", nil
+}

@@ -9,9 +9,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -69,23 +66,16 @@ func (h *harness) runSmallCluster(ctx context.Context) error {
 		return nil
 	}
 	c.res = map[string]*smallClusterResult{}
-	for _, store := range strings.Split(c.stores, ",") {
-		switch store {
-		case "":
-			continue
-		case storeEtcd, storeBadger, storePebble:
-		default:
-			return fmt.Errorf("--small-cluster-stores: %q has no disk to measure (want %s, %s or %s)", store, storeEtcd, storeBadger, storePebble)
-		}
+	stores, err := diskStores("--small-cluster-stores", c.stores)
+	if err != nil {
+		return err
+	}
+	for _, store := range stores {
 		c.order = append(c.order, store)
 		res := &smallClusterResult{}
 		c.res[store] = res
-		if err := h.smallClusterStore(ctx, store, res); err != nil {
-			if ctx.Err() != nil {
-				return err
-			}
-			h.log.Error("small cluster failed", "store", store, "err", err)
-			res.Error = err.Error()
+		if res.Error, err = h.measureStore(ctx, "small cluster", store, func() error { return h.smallClusterStore(ctx, store, res) }); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -108,17 +98,8 @@ func (h *harness) smallClusterStore(ctx context.Context, store string, res *smal
 		"--json=" + jsonPath, "--quiet"}
 	res.Commands = []string{srv.command(), "engram " + strings.Join(args, " ")}
 	h.log.Info("small cluster", "store", store, "pods", c.pods, "nodes", c.nodes)
-	cmd := exec.CommandContext(ctx, h.engramBin, args...)
-	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("engram bench: %w (server log %s:\n%s)", err, srv.log, tail(srv.log))
-	}
-	r, err := result.ReadJSON(jsonPath)
-	if err != nil {
+	if res.Result, err = h.runOneWorkload(ctx, srv, args, jsonPath); err != nil {
 		return err
-	}
-	if len(r.Results) > 0 {
-		res.Result = &r.Results[0]
 	}
 	// As the memory measurement: let the flushes and compactions the load
 	// started run before reading the figure.

@@ -79,9 +79,7 @@ type sqlServers struct {
 	created int // databases created so far, for fresh names
 }
 
-// startSQL starts the database servers the chosen stores need. A server
-// whose binaries are missing skips its stores with a note, except under
-// CI, where that is a broken machine.
+// startSQL starts the database servers the chosen stores need.
 func (h *harness) startSQL() error {
 	need := map[string]bool{}
 	for _, s := range h.stores {
@@ -91,46 +89,48 @@ func (h *harness) startSQL() error {
 			}
 		}
 	}
-	skip := func(db string, err error) error {
-		if os.Getenv("CI") != "" {
-			return fmt.Errorf("%s is required under CI: %w", db, err)
-		}
-		for _, s := range h.stores {
-			if sqlDatabase(s) == db {
-				h.skipped[s] = fmt.Sprintf("%s is not installed (%v)", db, err)
-			}
-		}
-		h.log.Warn("skipping the stores on "+db, "err", err)
-		return nil
-	}
 	if need[dbPostgres] {
-		s, err := pgtest.LaunchWith(pgtest.Options{Durable: true, Settings: pgSettings})
-		switch {
-		case errors.Is(err, pgtest.ErrNotInstalled):
-			if err := skip(dbPostgres, err); err != nil {
-				return err
-			}
-		case err != nil:
-			return fmt.Errorf("start PostgreSQL: %w", err)
-		default:
-			h.sql.pg = s
-			h.versions["postgresql"] = s.Version
+		pg, err := pgtest.LaunchWith(pgtest.Options{Durable: true, Settings: pgSettings})
+		if err := h.judgeStart(dbPostgres, "PostgreSQL", pgtest.ErrNotInstalled, err); err != nil {
+			return err
 		}
+		h.sql.pg = pg
 	}
 	if need[dbMariaDB] {
-		s, err := mysqltest.LaunchWith(mysqltest.Options{Durable: true, Settings: mysqlSettings})
-		switch {
-		case errors.Is(err, mysqltest.ErrNotInstalled):
-			if err := skip(dbMariaDB, err); err != nil {
-				return err
-			}
-		case err != nil:
-			return fmt.Errorf("start MariaDB: %w", err)
-		default:
-			h.sql.my = s
-			h.versions["mariadb"] = s.Version
+		my, err := mysqltest.LaunchWith(mysqltest.Options{Durable: true, Settings: mysqlSettings})
+		if err := h.judgeStart(dbMariaDB, "MariaDB", mysqltest.ErrNotInstalled, err); err != nil {
+			return err
+		}
+		h.sql.my = my
+	}
+	if h.sql.pg != nil {
+		h.versions["postgresql"] = h.sql.pg.Version
+	}
+	if h.sql.my != nil {
+		h.versions["mariadb"] = h.sql.my.Version
+	}
+	return nil
+}
+
+// judgeStart judges the outcome err of starting db's server, named name.
+// A server whose binaries are missing (notInstalled) skips db's stores with
+// a note, except under CI, where that is a broken machine; any other
+// failure ends the run.
+func (h *harness) judgeStart(db, name string, notInstalled, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, notInstalled):
+		return fmt.Errorf("start %s: %w", name, err)
+	case os.Getenv("CI") != "":
+		return fmt.Errorf("%s is required under CI: %w", db, err)
+	}
+	for _, s := range h.stores {
+		if sqlDatabase(s) == db {
+			h.skipped[s] = fmt.Sprintf("%s is not installed (%v)", db, err)
 		}
 	}
+	h.log.Warn("skipping the stores on "+db, "err", err)
 	return nil
 }
 

@@ -180,7 +180,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, res := range r.Results {
 		l := res.Latency
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t\n", res.Workload, Num(res.Throughput), res.Unit,
-			ms(l.P50), ms(l.P90), ms(l.P99), ms(l.Max), res.Ops, res.FailedCompares, res.Errors)
+			Millis(l.P50), Millis(l.P90), Millis(l.P99), Millis(l.Max), res.Ops, res.FailedCompares, res.Errors)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -232,7 +232,9 @@ func Num(v float64) string {
 	}
 }
 
-func ms(v float64) string {
+// Millis formats milliseconds to three significant figures or fewer: 250,
+// 12.5, 1.25.
+func Millis(v float64) string {
 	switch {
 	case v >= 100:
 		return fmt.Sprintf("%.0f", v)

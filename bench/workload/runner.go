@@ -125,30 +125,26 @@ func (r *runner) serverVersion(ctx context.Context) string {
 	return st.Version
 }
 
+// workloads maps each workload's name to the runner method that runs it.
+var workloads = map[string]func(*runner, context.Context) (*result.Result, error){
+	Create:       (*runner).create,
+	Get:          (*runner).get,
+	Update:       (*runner).update,
+	List:         (*runner).list,
+	Delete:       (*runner).delete,
+	Mixed:        (*runner).mixed,
+	Watch:        (*runner).watch,
+	Load:         (*runner).load,
+	Churn:        (*runner).churn,
+	SmallCluster: (*runner).smallCluster,
+}
+
 func (r *runner) run(ctx context.Context, name string) (*result.Result, error) {
-	switch name {
-	case Create:
-		return r.create(ctx)
-	case Get:
-		return r.get(ctx)
-	case Update:
-		return r.update(ctx)
-	case List:
-		return r.list(ctx)
-	case Delete:
-		return r.delete(ctx)
-	case Mixed:
-		return r.mixed(ctx)
-	case Watch:
-		return r.watch(ctx)
-	case Load:
-		return r.load(ctx)
-	case Churn:
-		return r.churn(ctx)
-	case SmallCluster:
-		return r.smallCluster(ctx)
+	run, ok := workloads[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown workload %q", name)
 	}
-	return nil, fmt.Errorf("unknown workload %q", name)
+	return run(r, ctx)
 }
 
 // cleanup deletes a workload's keys and compacts the history they left, as

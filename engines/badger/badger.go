@@ -58,6 +58,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/engines/internal/batchiter"
+	"github.com/engramkv/engram/engines/internal/compression"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
@@ -218,12 +219,12 @@ func Open(opts Options) (*Store, error) {
 	if !opts.InMemory && opts.Dir == "" {
 		return nil, errors.New("badger: open: Dir is required unless InMemory is set")
 	}
-	compression, err := ParseCompression(opts.Compression)
+	tableCompression, err := ParseCompression(opts.Compression)
 	if err != nil {
 		return nil, fmt.Errorf("badger: open: %w", err)
 	}
 	cache := opts.BlockCacheSize
-	if cache <= 0 && compression != options.None {
+	if cache <= 0 && tableCompression != options.None {
 		cache = defaultBlockCacheSize
 	}
 	memtable := opts.MemTableSize
@@ -253,7 +254,7 @@ func Open(opts Options) (*Store, error) {
 		// disk on a large load (DESIGN.md, "Badger's memory settings").
 		// Kubernetes objects compress better than random bytes; operators
 		// who would trade memory for disk choose snappy or zstd.
-		WithCompression(compression).
+		WithCompression(tableCompression).
 		WithBlockCacheSize(cache).
 		WithMemTableSize(memtable).
 		WithNumMemtables(memtables).
@@ -448,18 +449,10 @@ func (b slogLogger) emit(level slog.Level, f string, args []any) {
 }
 
 // Compressions are the values Options.Compression takes.
-var Compressions = []string{"none", "snappy", "zstd"}
+var Compressions = compression.Names
 
 // ParseCompression maps Options.Compression to badger's setting; empty
 // means none.
 func ParseCompression(name string) (options.CompressionType, error) {
-	switch name {
-	case "", "none":
-		return options.None, nil
-	case "snappy":
-		return options.Snappy, nil
-	case "zstd":
-		return options.ZSTD, nil
-	}
-	return options.None, fmt.Errorf("unknown compression %q (want one of %s)", name, strings.Join(Compressions, ", "))
+	return compression.Choose(name, options.None, options.Snappy, options.ZSTD)
 }

@@ -296,35 +296,33 @@ func writeLoadMarker(dir string, marker kv.Pair) error {
 	b := binary.AppendUvarint(nil, uint64(len(marker.Key)))
 	b = append(b, marker.Key...)
 	b = append(b, marker.Value...)
-	path := filepath.Join(dir, loadMarkerFile)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("badger: bulk load: %w", err)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(dir)
-	}
-	if err != nil {
-		return fmt.Errorf("badger: bulk load: write %s: %w", path, err)
-	}
-	return nil
+	return changeLoadMarker(dir, "write", func(path string) error {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(b); err != nil {
+			_ = f.Close()
+			return err
+		}
+		return syncAndClose(f)
+	})
 }
 
 func removeLoadMarker(dir string) error {
+	return changeLoadMarker(dir, "remove", os.Remove)
+}
+
+// changeLoadMarker makes change (what, for the error) to the marker file
+// in dir, then syncs dir so that the change outlives a crash.
+func changeLoadMarker(dir, what string, change func(path string) error) error {
 	path := filepath.Join(dir, loadMarkerFile)
-	err := os.Remove(path)
+	err := change(path)
 	if err == nil {
 		err = syncDir(dir)
 	}
 	if err != nil {
-		return fmt.Errorf("badger: bulk load: remove %s: %w", path, err)
+		return fmt.Errorf("badger: bulk load: %s %s: %w", what, path, err)
 	}
 	return nil
 }
@@ -334,8 +332,13 @@ func syncDir(dir string) error {
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
+	return syncAndClose(d)
+}
+
+// syncAndClose syncs f and closes it, returning the first error.
+func syncAndClose(f *os.File) error {
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	return err

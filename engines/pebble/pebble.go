@@ -53,6 +53,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/engines/internal/batchiter"
+	"github.com/engramkv/engram/engines/internal/compression"
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/gate"
@@ -115,18 +116,10 @@ type Options struct {
 }
 
 // Compressions are the values Options.Compression takes.
-var Compressions = []string{"none", "snappy", "zstd"}
+var Compressions = compression.Names
 
 func compressionProfile(name string) (*sstable.CompressionProfile, error) {
-	switch name {
-	case "", "none":
-		return sstable.NoCompression, nil
-	case "snappy":
-		return sstable.SnappyCompression, nil
-	case "zstd":
-		return sstable.ZstdCompression, nil
-	}
-	return nil, fmt.Errorf("unknown compression %q (want one of %s)", name, strings.Join(Compressions, ", "))
+	return compression.Choose(name, sstable.NoCompression, sstable.SnappyCompression, sstable.ZstdCompression)
 }
 
 // Store is the pebble adaptor. It is safe for concurrent use.
@@ -179,7 +172,7 @@ func Open(opts Options) (*Store, error) {
 	if memtable == 0 {
 		memtable = DefaultMemTableSize
 	}
-	compression, err := compressionProfile(opts.Compression)
+	profile, err := compressionProfile(opts.Compression)
 	if err != nil {
 		return nil, fmt.Errorf("pebble: open: %w", err)
 	}
@@ -203,7 +196,7 @@ func Open(opts Options) (*Store, error) {
 		}
 		// No compression by default, as etcd and the badger engine:
 		// decompressing every block read costs CPU on every cache miss.
-		po.Levels[i].Compression = func() *sstable.CompressionProfile { return compression }
+		po.Levels[i].Compression = func() *sstable.CompressionProfile { return profile }
 	}
 	db, err := pebbledb.Open(opts.Dir, po)
 	if err != nil {
@@ -257,13 +250,10 @@ func (s *Store) Stats() Stats { return s.stats.Stats() }
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := s.gate.Enter(); err != nil {
+	if err := s.gate.EnterKey(key); err != nil {
 		return nil, err
 	}
 	defer s.gate.Exit()
-	if len(key) == 0 {
-		return nil, kv.ErrNotFound // no such key can have been stored
-	}
 	v, closer, err := s.db.Get(key)
 	if errors.Is(err, pebbledb.ErrNotFound) {
 		return nil, kv.ErrNotFound

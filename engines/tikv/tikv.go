@@ -295,13 +295,10 @@ func (s *Store) timestamp(ctx context.Context) (uint64, error) {
 
 // Get returns a copy of key's value, or kv.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := s.gate.Enter(); err != nil {
+	if err := s.gate.EnterKey(key); err != nil {
 		return nil, err
 	}
 	defer s.gate.Exit()
-	if len(key) == 0 {
-		return nil, kv.ErrNotFound // no such key can have been stored
-	}
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
 	ts, err := s.timestamp(ctx)

@@ -167,33 +167,14 @@ const (
 // op.
 const MaxOp = OpReclaim
 
-func (o Op) String() string {
-	switch o {
-	case OpInit:
-		return "INIT"
-	case OpGet:
-		return "GET"
-	case OpScanOpen:
-		return "SCAN_OPEN"
-	case OpScanNext:
-		return "SCAN_NEXT"
-	case OpScanClose:
-		return "SCAN_CLOSE"
-	case OpCommit:
-		return "COMMIT"
-	case OpPartitions:
-		return "PARTITIONS"
-	case OpClose:
-		return "CLOSE"
-	case OpIdle:
-		return "IDLE"
-	case OpSize:
-		return "SIZE"
-	case OpReclaim:
-		return "RECLAIM"
-	}
-	return "OP(" + itoa(uint64(o)) + ")"
+// opNames are the ops' names in ABI.md, indexed by op code.
+var opNames = [...]string{
+	OpInit: "INIT", OpGet: "GET", OpScanOpen: "SCAN_OPEN", OpScanNext: "SCAN_NEXT",
+	OpScanClose: "SCAN_CLOSE", OpCommit: "COMMIT", OpPartitions: "PARTITIONS",
+	OpClose: "CLOSE", OpIdle: "IDLE", OpSize: "SIZE", OpReclaim: "RECLAIM",
 }
+
+func (o Op) String() string { return name(opNames[:], uint64(o), "OP") }
 
 // Bit returns o's bit in Manifest.Ops.
 func (o Op) Bit() uint64 { return 1 << o }
@@ -218,29 +199,14 @@ const (
 	StatusInternal    Status = 8
 )
 
-func (s Status) String() string {
-	switch s {
-	case StatusOK:
-		return "OK"
-	case StatusNotFound:
-		return "NOT_FOUND"
-	case StatusConflict:
-		return "CONFLICT"
-	case StatusUncertain:
-		return "UNCERTAIN"
-	case StatusUnsupported:
-		return "UNSUPPORTED"
-	case StatusInvalid:
-		return "INVALID"
-	case StatusUnavailable:
-		return "UNAVAILABLE"
-	case StatusDeadline:
-		return "DEADLINE"
-	case StatusInternal:
-		return "INTERNAL"
-	}
-	return "STATUS(" + itoa(uint64(s)) + ")"
+// statusNames are the statuses' names in ABI.md, indexed by status.
+var statusNames = [...]string{
+	StatusOK: "OK", StatusNotFound: "NOT_FOUND", StatusConflict: "CONFLICT",
+	StatusUncertain: "UNCERTAIN", StatusUnsupported: "UNSUPPORTED", StatusInvalid: "INVALID",
+	StatusUnavailable: "UNAVAILABLE", StatusDeadline: "DEADLINE", StatusInternal: "INTERNAL",
 }
+
+func (s Status) String() string { return name(statusNames[:], uint64(s), "STATUS") }
 
 // Valid reports whether s is a status of this major.
 func (s Status) Valid() bool { return s <= StatusInternal }
@@ -263,15 +229,9 @@ const (
 	ModelPooled Model = 2
 )
 
-func (m Model) String() string {
-	switch m {
-	case ModelSingle:
-		return "single"
-	case ModelPooled:
-		return "pooled"
-	}
-	return "model(" + itoa(uint64(m)) + ")"
-}
+var modelNames = [...]string{ModelSingle: "single", ModelPooled: "pooled"}
+
+func (m Model) String() string { return name(modelNames[:], uint64(m), "model") }
 
 // Feature bits of Manifest.Features; they mirror kv.Features.
 const (
@@ -303,20 +263,21 @@ const (
 	KindCompareAndDelete OpKind = 5
 )
 
-func (k OpKind) String() string {
-	switch k {
-	case KindPut:
-		return "PUT"
-	case KindDelete:
-		return "DELETE"
-	case KindPutIfAbsent:
-		return "PUT_IF_ABSENT"
-	case KindCompareAndSwap:
-		return "CAS"
-	case KindCompareAndDelete:
-		return "CAD"
+// kindNames are the op kinds' names in ABI.md, indexed by kind.
+var kindNames = [...]string{
+	KindPut: "PUT", KindDelete: "DELETE", KindPutIfAbsent: "PUT_IF_ABSENT",
+	KindCompareAndSwap: "CAS", KindCompareAndDelete: "CAD",
+}
+
+func (k OpKind) String() string { return name(kindNames[:], uint64(k), "KIND") }
+
+// name is v's entry in names, or unknown(v) for a value names does not
+// name.
+func name(names []string, v uint64, unknown string) string {
+	if v < uint64(len(names)) && names[v] != "" {
+		return names[v]
 	}
-	return "KIND(" + itoa(uint64(k)) + ")"
+	return unknown + "(" + itoa(v) + ")"
 }
 
 // HasValue reports whether ops of kind k carry a new value.

@@ -124,23 +124,19 @@ func (r *Reader) Uvarint() uint64 {
 }
 
 // Uint32 reads a uvarint that must fit in 32 bits.
-func (r *Reader) Uint32() uint32 {
-	v := r.Uvarint()
-	if v > 1<<32-1 {
-		r.fail(ErrOverflow)
-		return 0
-	}
-	return uint32(v)
-}
+func (r *Reader) Uint32() uint32 { return uint32(r.uvarintUpTo(1<<32 - 1)) }
 
 // Int64 reads a uvarint that must fit in a non-negative int64.
-func (r *Reader) Int64() int64 {
+func (r *Reader) Int64() int64 { return int64(r.uvarintUpTo(1<<63 - 1)) }
+
+// uvarintUpTo reads a uvarint that must not exceed limit.
+func (r *Reader) uvarintUpTo(limit uint64) uint64 {
 	v := r.Uvarint()
-	if v > 1<<63-1 {
+	if v > limit {
 		r.fail(ErrOverflow)
 		return 0
 	}
-	return int64(v)
+	return v
 }
 
 // Byte reads one byte.

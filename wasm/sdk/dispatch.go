@@ -63,6 +63,21 @@ func newDispatcher(s Store) *dispatcher {
 	return d
 }
 
+// handlers answer each op this SDK knows, indexed by op.
+var handlers = [abi.MaxOp + 1]func(*dispatcher, []byte) []byte{
+	abi.OpInit:       (*dispatcher).init,
+	abi.OpGet:        (*dispatcher).get,
+	abi.OpScanOpen:   (*dispatcher).scanOpen,
+	abi.OpScanNext:   (*dispatcher).scanNext,
+	abi.OpScanClose:  (*dispatcher).scanClose,
+	abi.OpCommit:     (*dispatcher).doCommit,
+	abi.OpPartitions: (*dispatcher).partitions,
+	abi.OpClose:      (*dispatcher).close,
+	abi.OpIdle:       (*dispatcher).idle,
+	abi.OpSize:       (*dispatcher).size,
+	abi.OpReclaim:    (*dispatcher).reclaim,
+}
+
 // dispatch handles one request and returns the response, which stays valid
 // until the next call.
 func (d *dispatcher) dispatch(op abi.Op, req []byte) []byte {
@@ -79,29 +94,8 @@ func (d *dispatcher) dispatch(op abi.Op, req []byte) []byte {
 			return resp
 		}
 	}
-	switch op {
-	case abi.OpInit:
-		return d.init(req)
-	case abi.OpGet:
-		return d.get(req)
-	case abi.OpScanOpen:
-		return d.scanOpen(req)
-	case abi.OpScanNext:
-		return d.scanNext(req)
-	case abi.OpScanClose:
-		return d.scanClose(req)
-	case abi.OpCommit:
-		return d.doCommit(req)
-	case abi.OpPartitions:
-		return d.partitions(req)
-	case abi.OpClose:
-		return d.close(req)
-	case abi.OpIdle:
-		return d.idle(req)
-	case abi.OpSize:
-		return d.size(req)
-	case abi.OpReclaim:
-		return d.reclaim(req)
+	if op <= abi.MaxOp && handlers[op] != nil {
+		return handlers[op](d, req)
 	}
 	return d.fail(abi.StatusUnsupported, fmt.Sprintf("op %v is not supported by this SDK", op))
 }
@@ -109,6 +103,22 @@ func (d *dispatcher) dispatch(op abi.Op, req []byte) []byte {
 func (d *dispatcher) fail(st abi.Status, msg string) []byte {
 	d.resp = abi.AppendError(d.resp[:0], st, msg)
 	return d.resp
+}
+
+// unsupported answers an optional op the store does not implement (iface,
+// the interface that would).
+func (d *dispatcher) unsupported(iface string) []byte {
+	return d.fail(abi.StatusUnsupported, fmt.Sprintf("%v: the store does not implement %s", d.op, iface))
+}
+
+// decodeEmpty decodes the request of an op whose request is the header
+// alone, returning its context, or the response to a malformed one.
+func (d *dispatcher) decodeEmpty(req []byte) (context.Context, []byte) {
+	var m abi.EmptyRequest
+	if err := m.Decode(req); err != nil {
+		return nil, d.badRequest(d.op, err)
+	}
+	return d.requestContext(m.Header), nil
 }
 
 func (d *dispatcher) badRequest(op abi.Op, err error) []byte {
@@ -605,7 +615,7 @@ func (d *dispatcher) partitions(req []byte) []byte {
 	}
 	p, ok := d.store.(Partitioner)
 	if !ok {
-		return d.fail(abi.StatusUnsupported, "PARTITIONS: the store does not implement sdk.Partitioner")
+		return d.unsupported("sdk.Partitioner")
 	}
 	ctx := d.requestContext(m.Header)
 	ranges, err := p.Partitions(ctx, m.Start, m.End, int(m.MaxParts))
@@ -617,11 +627,10 @@ func (d *dispatcher) partitions(req []byte) []byte {
 }
 
 func (d *dispatcher) close(req []byte) []byte {
-	var m abi.EmptyRequest
-	if err := m.Decode(req); err != nil {
-		return d.badRequest(abi.OpClose, err)
+	ctx, bad := d.decodeEmpty(req)
+	if bad != nil {
+		return bad
 	}
-	ctx := d.requestContext(m.Header)
 	for id, sc := range d.scans {
 		_ = sc.it.Close()
 		delete(d.scans, id)
@@ -634,12 +643,11 @@ func (d *dispatcher) close(req []byte) []byte {
 }
 
 func (d *dispatcher) idle(req []byte) []byte {
-	var m abi.EmptyRequest
-	if err := m.Decode(req); err != nil {
-		return d.badRequest(abi.OpIdle, err)
+	ctx, bad := d.decodeEmpty(req)
+	if bad != nil {
+		return bad
 	}
 	if i, ok := d.store.(Idler); ok {
-		ctx := d.requestContext(m.Header)
 		if err := i.Idle(ctx); err != nil {
 			return d.failErr(fmt.Errorf("idle: %w", err))
 		}

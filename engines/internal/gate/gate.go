@@ -30,6 +30,20 @@ func (g *Gate) Enter() error {
 	return nil
 }
 
+// EnterKey is Enter for a call on one key. An empty key, which no store
+// can hold, answers kv.ErrNotFound once the gate is entered, and leaves it
+// again; a closed store still answers kv.ErrClosed first.
+func (g *Gate) EnterKey(key []byte) error {
+	if err := g.Enter(); err != nil {
+		return err
+	}
+	if len(key) == 0 {
+		g.Exit()
+		return kv.ErrNotFound
+	}
+	return nil
+}
+
 // Exit ends what a successful Enter began.
 func (g *Gate) Exit() { g.mu.RUnlock() }
 

@@ -37,3 +37,23 @@ func TestCloseWaitsAndShutsOut(t *testing.T) {
 		t.Fatalf("second Close = %v, want kv.ErrClosed", err)
 	}
 }
+
+// TestEnterKey: an empty key is not found and leaves the gate as it was
+// (Close does not wait for it); any other key enters; a closed gate
+// answers kv.ErrClosed before looking at the key.
+func TestEnterKey(t *testing.T) {
+	var g Gate
+	if err := g.EnterKey(nil); !errors.Is(err, kv.ErrNotFound) {
+		t.Fatalf("EnterKey(empty) = %v, want kv.ErrNotFound", err)
+	}
+	if err := g.EnterKey([]byte("k")); err != nil {
+		t.Fatalf("EnterKey(k) on an open gate: %v", err)
+	}
+	g.Exit()
+	if err := g.Close(nil); err != nil {
+		t.Fatalf("Close after the calls exited: %v", err)
+	}
+	if err := g.EnterKey(nil); !errors.Is(err, kv.ErrClosed) {
+		t.Fatalf("EnterKey(empty) on a closed gate = %v, want kv.ErrClosed", err)
+	}
+}

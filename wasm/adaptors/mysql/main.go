@@ -81,11 +81,8 @@ type adaptor struct {
 }
 
 func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Manifest, error) {
-	cfg, err := parseConfig(raw)
+	cfg, err := sqlkv.Configure(raw, host, parseConfig)
 	if err != nil {
-		return sdk.Manifest{}, err
-	}
-	if err := sqlkv.CheckNet(host); err != nil {
 		return sdk.Manifest{}, err
 	}
 	d := cfg.dsn

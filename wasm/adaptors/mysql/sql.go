@@ -275,51 +275,40 @@ func (s statements) page(buf []byte, q pageQuery) []byte {
 	buf = append(buf, "SELECT internal_key, value FROM "...)
 	buf = append(buf, s.table...)
 	n := 0
-	and := func() {
+	// where adds the condition test lit (test ends in its operator).
+	where := func(test string, lit []byte) {
 		if n == 0 {
 			buf = append(buf, " WHERE "...)
 		} else {
 			buf = append(buf, " AND "...)
 		}
 		n++
+		buf = append(buf, test...)
+		buf = appendLit(buf, lit)
 	}
 	switch {
 	case q.groupQuery:
-		and()
-		buf = append(buf, "key_head = "...)
-		buf = appendLit(buf, q.group)
+		where("key_head = ", q.group)
 	case q.group != nil && !q.reverse:
-		and()
-		buf = append(buf, "key_head > "...)
-		buf = appendLit(buf, q.group)
+		where("key_head > ", q.group)
 	case q.group != nil && q.reverse:
-		and()
-		buf = append(buf, "key_head < "...)
-		buf = appendLit(buf, q.group)
+		where("key_head < ", q.group)
 	}
 	if q.lo.key != nil {
 		if !q.groupQuery {
-			and()
-			buf = append(buf, "key_head >= "...)
-			buf = appendLit(buf, sqlkv.KeyHead(q.lo.key))
+			where("key_head >= ", sqlkv.KeyHead(q.lo.key))
 		}
-		and()
 		if q.lo.inclusive {
-			buf = append(buf, "internal_key >= "...)
+			where("internal_key >= ", q.lo.key)
 		} else {
-			buf = append(buf, "internal_key > "...)
+			where("internal_key > ", q.lo.key)
 		}
-		buf = appendLit(buf, q.lo.key)
 	}
 	if q.hi.key != nil {
 		if !q.groupQuery {
-			and()
-			buf = append(buf, "key_head <= "...)
-			buf = appendLit(buf, sqlkv.KeyHead(q.hi.key))
+			where("key_head <= ", sqlkv.KeyHead(q.hi.key))
 		}
-		and()
-		buf = append(buf, "internal_key < "...)
-		buf = appendLit(buf, q.hi.key)
+		where("internal_key < ", q.hi.key)
 	}
 	switch {
 	case q.groupQuery && q.reverse:

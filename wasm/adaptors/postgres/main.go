@@ -77,11 +77,8 @@ func (c *conn) Close() {
 }
 
 func (s *store) Init(ctx context.Context, raw []byte, host sdk.HostInfo) (sdk.Manifest, error) {
-	cfg, err := parseConfig(raw)
+	cfg, err := sqlkv.Configure(raw, host, parseConfig)
 	if err != nil {
-		return sdk.Manifest{}, err
-	}
-	if err := sqlkv.CheckNet(host); err != nil {
 		return sdk.Manifest{}, err
 	}
 	pcfg, err := pgx.ParseConfig(cfg.url)

@@ -863,9 +863,13 @@ static void fail(engram_instance *in, engram_status st, const char *fmt, ...) {
     put_error(in, st);
 }
 
-static void bad_request(engram_instance *in, engram_err e) {
+/* refused answers a request that e says is malformed, and reports whether
+ * it was. */
+static bool refused(engram_instance *in, engram_err e) {
+    if (e == ENGRAM_E_OK) return false;
     fail(in, ENGRAM_INVALID, "%s: malformed request: %s", engram_op_name((int)in->call.op),
          engram_err_str(e));
+    return true;
 }
 
 static void put_ok(engram_instance *in) {
@@ -908,11 +912,7 @@ static void do_init(engram_instance *in, const uint8_t *req, size_t len) {
         return;
     }
     engram_init_req m;
-    engram_err e = engram_decode_init_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, engram_decode_init_req(req, len, &m))) return;
     if (m.max_response > 0) in->max_resp = m.max_response;
     in->call.deadline = m.deadline;
     engram_init_info info = {m.config, m.instance, (m.host_flags & ENGRAM_HOST_FLAG_NET) != 0,
@@ -978,11 +978,7 @@ engram_status engram_get_reply(engram_call *c, engram_bytes value) {
 
 static void do_get(engram_instance *in, const uint8_t *req, size_t len) {
     engram_get_req m;
-    engram_err e = engram_decode_get_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, engram_decode_get_req(req, len, &m))) return;
     if (m.key.len == 0) {
         fail(in, ENGRAM_INVALID, "GET: empty key");
         return;
@@ -1134,11 +1130,7 @@ static int compare_bytes(engram_bytes a, engram_bytes b) {
 
 static void do_scan_open(engram_instance *in, const uint8_t *req, size_t len) {
     engram_scan_open_req m;
-    engram_err e = engram_decode_scan_open_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, engram_decode_scan_open_req(req, len, &m))) return;
     in->call.deadline = m.deadline;
     if (m.end.len > 0 && compare_bytes(m.start, m.end) >= 0) {
         /* An empty range: answered without bothering the plugin. */
@@ -1167,11 +1159,7 @@ static void do_scan_open(engram_instance *in, const uint8_t *req, size_t len) {
 
 static void do_scan_next(engram_instance *in, const uint8_t *req, size_t len) {
     engram_scan_next_req m;
-    engram_err e = engram_decode_scan_next_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, engram_decode_scan_next_req(req, len, &m))) return;
     scan_slot *s = slot_find(in, m.id);
     if (!s) {
         fail(in, ENGRAM_INVALID, "SCAN_NEXT: unknown scan id %llu", (unsigned long long)m.id);
@@ -1183,11 +1171,7 @@ static void do_scan_next(engram_instance *in, const uint8_t *req, size_t len) {
 
 static void do_scan_close(engram_instance *in, const uint8_t *req, size_t len) {
     engram_scan_close_req m;
-    engram_err e = engram_decode_scan_close_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, engram_decode_scan_close_req(req, len, &m))) return;
     scan_slot *s = slot_find(in, m.id);
     if (s) scan_release(in, s); /* unknown ids are OK: idempotent */
     put_ok(in);
@@ -1287,10 +1271,7 @@ static void do_commit(engram_instance *in, const uint8_t *req, size_t len) {
         m.ops = ops;
         e = engram_decode_commit_req(req, len, &m, cap);
     }
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, e)) return;
     if (m.count == 0) {
         put_ok(in);
         return;
@@ -1347,11 +1328,7 @@ bool engram_partitions_add(engram_call *c, engram_bytes start, engram_bytes end)
 
 static void do_partitions(engram_instance *in, const uint8_t *req, size_t len) {
     engram_partitions_req m;
-    engram_err e = engram_decode_partitions_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return;
-    }
+    if (refused(in, engram_decode_partitions_req(req, len, &m))) return;
     if (!in->vt->partitions) {
         fail(in, ENGRAM_UNSUPPORTED, "PARTITIONS: the plugin has no partitions callback");
         return;
@@ -1379,11 +1356,7 @@ static void do_partitions(engram_instance *in, const uint8_t *req, size_t len) {
  * false, with the INVALID response written, when it is malformed. */
 static bool header_only(engram_instance *in, const uint8_t *req, size_t len) {
     engram_empty_req m;
-    engram_err e = engram_decode_empty_req(req, len, &m);
-    if (e) {
-        bad_request(in, e);
-        return false;
-    }
+    if (refused(in, engram_decode_empty_req(req, len, &m))) return false;
     in->call.deadline = m.deadline;
     return true;
 }

@@ -36,6 +36,16 @@ func (p *pdService) failed(ctx context.Context, err error) *pdpb.ResponseHeader 
 	return h
 }
 
+// outcome is the header of a response to a call that returned err: failed
+// when it is not nil. The rest of a failed response is what the call
+// returned with its error, which clients do not read.
+func (p *pdService) outcome(ctx context.Context, err error) *pdpb.ResponseHeader {
+	if err != nil {
+		return p.failed(ctx, err)
+	}
+	return p.header(ctx)
+}
+
 func (p *pdService) GetMembers(ctx context.Context, _ *pdpb.GetMembersRequest) (*pdpb.GetMembersResponse, error) {
 	m := p.member()
 	return &pdpb.GetMembersResponse{Header: p.header(ctx), Members: []*pdpb.Member{m}, Leader: m, EtcdLeader: m}, nil
@@ -116,10 +126,7 @@ func (p *pdService) ScanRegions(ctx context.Context, req *pdpb.ScanRegionsReques
 
 func (p *pdService) GetStore(ctx context.Context, req *pdpb.GetStoreRequest) (*pdpb.GetStoreResponse, error) {
 	st, err := p.s.mock.PD.GetStore(ctx, req.GetStoreId())
-	if err != nil {
-		return &pdpb.GetStoreResponse{Header: p.failed(ctx, err)}, nil
-	}
-	return &pdpb.GetStoreResponse{Header: p.header(ctx), Store: st}, nil
+	return &pdpb.GetStoreResponse{Header: p.outcome(ctx, err), Store: st}, nil
 }
 
 func (p *pdService) GetAllStores(ctx context.Context, req *pdpb.GetAllStoresRequest) (*pdpb.GetAllStoresResponse, error) {
@@ -128,18 +135,12 @@ func (p *pdService) GetAllStores(ctx context.Context, req *pdpb.GetAllStoresRequ
 		opts = append(opts, pd.WithExcludeTombstone())
 	}
 	stores, err := p.s.mock.PD.GetAllStores(ctx, opts...)
-	if err != nil {
-		return &pdpb.GetAllStoresResponse{Header: p.failed(ctx, err)}, nil
-	}
-	return &pdpb.GetAllStoresResponse{Header: p.header(ctx), Stores: stores}, nil
+	return &pdpb.GetAllStoresResponse{Header: p.outcome(ctx, err), Stores: stores}, nil
 }
 
 func (p *pdService) UpdateGCSafePoint(ctx context.Context, req *pdpb.UpdateGCSafePointRequest) (*pdpb.UpdateGCSafePointResponse, error) {
 	sp, err := p.s.mock.PD.UpdateGCSafePoint(ctx, req.GetSafePoint())
-	if err != nil {
-		return &pdpb.UpdateGCSafePointResponse{Header: p.failed(ctx, err)}, nil
-	}
-	return &pdpb.UpdateGCSafePointResponse{Header: p.header(ctx), NewSafePoint: sp}, nil
+	return &pdpb.UpdateGCSafePointResponse{Header: p.outcome(ctx, err), NewSafePoint: sp}, nil
 }
 
 func (p *pdService) UpdateServiceGCSafePoint(ctx context.Context, req *pdpb.UpdateServiceGCSafePointRequest) (*pdpb.UpdateServiceGCSafePointResponse, error) {

@@ -2,7 +2,7 @@
 // their driver: the KEY=VALUE configuration with its common settings, the
 // per-instance connection pool (with the re-run of a call whose pooled
 // connection had died while idle, and Do and Query for the one-statement
-// calls: GET, SIZE, RECLAIM), what Init does alike (CheckNet, PageBytes,
+// calls: GET, SIZE, RECLAIM), what Init does alike (Configure, PageBytes,
 // the first connection), the commit loop (key-ordered
 // statements, split into runs of one kind that an adaptor may write as one
 // multi-row statement each, retries of transactions the server aborted,

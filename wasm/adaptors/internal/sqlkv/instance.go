@@ -23,13 +23,19 @@ func Manifest(name, version string) sdk.Manifest {
 	return sdk.Manifest{Name: name, Version: version, Model: sdk.ModelPooled, Durable: true}
 }
 
-// CheckNet refuses a host that allows no network address, where an adaptor
-// could reach no database, with the setting that fixes it.
-func CheckNet(host sdk.HostInfo) error {
-	if !host.NetAllowed {
-		return fmt.Errorf("%w: the host allows no network address; add the database's IP:PORT to storage.wasm.allowed-addresses", sdk.ErrInvalid)
+// Configure is what an adaptor's Init checks first: it parses the
+// operator's configuration raw with parse, then refuses a host that allows
+// no network address, where an adaptor could reach no database, with the
+// setting that fixes it.
+func Configure[C any](raw []byte, host sdk.HostInfo, parse func([]byte) (C, error)) (C, error) {
+	cfg, err := parse(raw)
+	if err != nil {
+		return cfg, err
 	}
-	return nil
+	if !host.NetAllowed {
+		return cfg, fmt.Errorf("%w: the host allows no network address; add the database's IP:PORT to storage.wasm.allowed-addresses", sdk.ErrInvalid)
+	}
+	return cfg, nil
 }
 
 // PageBytes bounds the bytes of one scan page (NewIterator's budget), so

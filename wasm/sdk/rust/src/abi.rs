@@ -17,6 +17,41 @@ pub const MINOR: u32 = 1;
 /// The import module of the host functions of this major.
 pub const HOST_MODULE: &str = "engram_host_v1";
 
+/// Declares an enumeration of one-byte wire values: the enum, whose
+/// discriminants are the wire codes, `from_code` (its doc is the last
+/// attribute), the only way from a byte to a variant, and `code`. Each code
+/// is written once, so the two directions cannot disagree.
+macro_rules! wire_enum {
+    (
+        $(#[$attr:meta])*
+        $name:ident {
+            $($(#[$vattr:meta])* $variant:ident = $code:literal,)*
+        }
+        #[doc = $from_doc:literal]
+    ) => {
+        $(#[$attr])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($(#[$vattr])* $variant = $code,)*
+        }
+
+        impl $name {
+            #[doc = $from_doc]
+            pub fn from_code(code: u8) -> Option<$name> {
+                match code {
+                    $($code => Some($name::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// The wire code.
+            pub fn code(self) -> u8 {
+                self as u8
+            }
+        }
+    };
+}
+
 /// The op code passed to `kvp_dispatch`. Codes are never reused; a plugin
 /// answers UNSUPPORTED to codes it does not know.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,20 +98,7 @@ impl Opcode {
 
     /// The op with wire code `code`, if this ABI version knows it.
     pub fn from_code(code: i32) -> Option<Opcode> {
-        match code {
-            1 => Some(Opcode::Init),
-            2 => Some(Opcode::Get),
-            3 => Some(Opcode::ScanOpen),
-            4 => Some(Opcode::ScanNext),
-            5 => Some(Opcode::ScanClose),
-            6 => Some(Opcode::Commit),
-            7 => Some(Opcode::Partitions),
-            8 => Some(Opcode::Close),
-            9 => Some(Opcode::Idle),
-            10 => Some(Opcode::Size),
-            11 => Some(Opcode::Reclaim),
-            _ => None,
-        }
+        Opcode::ALL.iter().copied().find(|op| op.code() == code)
     }
 
     /// The op with the name the golden vectors use (`"SCAN_OPEN"`).
@@ -115,51 +137,32 @@ impl Opcode {
 /// The ops every plugin must handle (their bits must be in the manifest).
 pub const REQUIRED_OPS: u64 = (1 << 1) | (1 << 2) | (1 << 3) | (1 << 4) | (1 << 5) | (1 << 6) | (1 << 8);
 
-/// The first byte of every response.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// Success; the body is op-specific.
-    Ok = 0,
-    /// GET of an absent key; no body.
-    NotFound = 1,
-    /// A COMMIT condition failed; the body names the op.
-    Conflict = 2,
-    /// A COMMIT whose outcome is unknown; a message follows.
-    Uncertain = 3,
-    /// The op is not implemented; a message follows.
-    Unsupported = 4,
-    /// The request was refused as malformed; a message follows.
-    Invalid = 5,
-    /// The engine is unreachable now, nothing applied; a message follows.
-    Unavailable = 6,
-    /// The request's deadline passed, nothing applied; a message follows.
-    Deadline = 7,
-    /// Anything else, nothing applied; a message follows.
-    Internal = 8,
+wire_enum! {
+    /// The first byte of every response.
+    Status {
+        /// Success; the body is op-specific.
+        Ok = 0,
+        /// GET of an absent key; no body.
+        NotFound = 1,
+        /// A COMMIT condition failed; the body names the op.
+        Conflict = 2,
+        /// A COMMIT whose outcome is unknown; a message follows.
+        Uncertain = 3,
+        /// The op is not implemented; a message follows.
+        Unsupported = 4,
+        /// The request was refused as malformed; a message follows.
+        Invalid = 5,
+        /// The engine is unreachable now, nothing applied; a message follows.
+        Unavailable = 6,
+        /// The request's deadline passed, nothing applied; a message follows.
+        Deadline = 7,
+        /// Anything else, nothing applied; a message follows.
+        Internal = 8,
+    }
+    /// The status with wire code `code`, if it is one of this major.
 }
 
 impl Status {
-    /// The status with wire code `code`, if it is one of this major.
-    pub fn from_code(code: u8) -> Option<Status> {
-        match code {
-            0 => Some(Status::Ok),
-            1 => Some(Status::NotFound),
-            2 => Some(Status::Conflict),
-            3 => Some(Status::Uncertain),
-            4 => Some(Status::Unsupported),
-            5 => Some(Status::Invalid),
-            6 => Some(Status::Unavailable),
-            7 => Some(Status::Deadline),
-            8 => Some(Status::Internal),
-            _ => None,
-        }
-    }
-
-    /// The wire code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
     /// Whether responses with this status carry a message body.
     pub fn has_message(self) -> bool {
         !matches!(self, Status::Ok | Status::NotFound | Status::Conflict)
@@ -191,39 +194,24 @@ impl Status {
     }
 }
 
-/// The kind of one write of a COMMIT (`kv.OpKind`'s values).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OpKind {
-    /// Write the value unconditionally.
-    Put = 1,
-    /// Remove the key; removing an absent key is not an error.
-    Delete = 2,
-    /// Write the value only if the key is absent.
-    PutIfAbsent = 3,
-    /// Write the value only if the key holds `expected`.
-    CompareAndSwap = 4,
-    /// Remove the key only if it holds `expected`.
-    CompareAndDelete = 5,
+wire_enum! {
+    /// The kind of one write of a COMMIT (`kv.OpKind`'s values).
+    OpKind {
+        /// Write the value unconditionally.
+        Put = 1,
+        /// Remove the key; removing an absent key is not an error.
+        Delete = 2,
+        /// Write the value only if the key is absent.
+        PutIfAbsent = 3,
+        /// Write the value only if the key holds `expected`.
+        CompareAndSwap = 4,
+        /// Remove the key only if it holds `expected`.
+        CompareAndDelete = 5,
+    }
+    /// The kind with wire code `code`; any other value is malformed.
 }
 
 impl OpKind {
-    /// The kind with wire code `code`; any other value is malformed.
-    pub fn from_code(code: u8) -> Option<OpKind> {
-        match code {
-            1 => Some(OpKind::Put),
-            2 => Some(OpKind::Delete),
-            3 => Some(OpKind::PutIfAbsent),
-            4 => Some(OpKind::CompareAndSwap),
-            5 => Some(OpKind::CompareAndDelete),
-            _ => None,
-        }
-    }
-
-    /// The wire code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
-
     /// Whether ops of this kind carry a new value.
     pub fn has_value(self) -> bool {
         matches!(self, OpKind::Put | OpKind::PutIfAbsent | OpKind::CompareAndSwap)
@@ -235,34 +223,20 @@ impl OpKind {
     }
 }
 
-/// The instance model a plugin declares in its manifest (ABI.md section 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Model {
-    /// The plugin keeps its data in its own linear memory: the host runs
-    /// exactly one instance and serialises every call through it. If that
-    /// instance crashes its data is gone, and the host stops serving the
-    /// store rather than continue on an empty one.
-    Single = 1,
-    /// The plugin is a stateless client of a remote store: the host runs a
-    /// pool of interchangeable instances (each gets the same INIT) and
-    /// replaces crashed ones. A scan stays on the instance that opened it.
-    Pooled = 2,
-}
-
-impl Model {
+wire_enum! {
+    /// The instance model a plugin declares in its manifest (ABI.md section 5).
+    Model {
+        /// The plugin keeps its data in its own linear memory: the host runs
+        /// exactly one instance and serialises every call through it. If that
+        /// instance crashes its data is gone, and the host stops serving the
+        /// store rather than continue on an empty one.
+        Single = 1,
+        /// The plugin is a stateless client of a remote store: the host runs a
+        /// pool of interchangeable instances (each gets the same INIT) and
+        /// replaces crashed ones. A scan stays on the instance that opened it.
+        Pooled = 2,
+    }
     /// The model with wire code `code`.
-    pub fn from_code(code: u8) -> Option<Model> {
-        match code {
-            1 => Some(Model::Single),
-            2 => Some(Model::Pooled),
-            _ => None,
-        }
-    }
-
-    /// The wire code.
-    pub fn code(self) -> u8 {
-        self as u8
-    }
 }
 
 /// Manifest feature bit: PARTITIONS splits large ranges.
