@@ -297,20 +297,8 @@ func (d *dataset) call(ctx context.Context, st kv.Store, op string, rng *rand.Ra
 }
 
 func (d *dataset) scan(ctx context.Context, st kv.Store, from []byte) error {
-	it, err := st.Scan(ctx, kv.ScanOptions{Start: from, Limit: d.cfg.ScanLength, BatchSize: d.cfg.ScanLength})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for {
-		b, err := it.Next(ctx)
-		if err != nil {
-			return err
-		}
-		if len(b) == 0 {
-			return nil
-		}
-	}
+	return kv.ScanEach(ctx, st, kv.ScanOptions{Start: from, Limit: d.cfg.ScanLength, BatchSize: d.cfg.ScanLength},
+		func(kv.Pair) error { return nil })
 }
 
 // errLostUpdate reports a CompareAndSwap that failed although its client

@@ -125,24 +125,15 @@ func clearForLoad(ctx context.Context, s Store, marker []byte, batchBytes int) e
 
 // firstKeys returns up to n keys from start on.
 func firstKeys(ctx context.Context, s Store, start []byte, n int) ([][]byte, error) {
-	it, err := s.Scan(ctx, ScanOptions{Start: start, Limit: n, ValuePrefix: 1})
+	var keys [][]byte
+	err := ScanEach(ctx, s, ScanOptions{Start: start, Limit: n, ValuePrefix: 1}, func(p Pair) error {
+		keys = append(keys, p.Key)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("kv: bulk load: scan: %w", err)
 	}
-	defer it.Close()
-	var keys [][]byte
-	for {
-		batch, err := it.Next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("kv: bulk load: scan: %w", err)
-		}
-		if len(batch) == 0 {
-			return keys, nil
-		}
-		for _, p := range batch {
-			keys = append(keys, p.Key)
-		}
-	}
+	return keys, nil
 }
 
 // commitSplit commits ops, halving a batch the engine finds too large.

@@ -80,27 +80,18 @@ func (s *Server) scanMeta(ctx context.Context, prefix string) ([]kv.Pair, error)
 // by the name after it.
 func scanMeta(ctx context.Context, st kv.Store, prefix string) ([]kv.Pair, error) {
 	start := coder.MetaKey(prefix)
-	it, err := st.Scan(ctx, kv.ScanOptions{Start: start, End: coder.SpaceEnd(coder.SpaceMeta)})
+	var out []kv.Pair
+	err := kv.ScanEach(ctx, st, kv.ScanOptions{Start: start, End: coder.SpaceEnd(coder.SpaceMeta)}, func(p kv.Pair) error {
+		if !strings.HasPrefix(string(p.Key), string(start)) {
+			return kv.SkipRest
+		}
+		out = append(out, kv.Pair{Key: p.Key[len(start):], Value: p.Value})
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer it.Close()
-	var out []kv.Pair
-	for {
-		batch, err := it.Next(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if len(batch) == 0 {
-			return out, nil
-		}
-		for _, p := range batch {
-			if !strings.HasPrefix(string(p.Key), string(start)) {
-				return out, nil
-			}
-			out = append(out, kv.Pair{Key: p.Key[len(start):], Value: p.Value})
-		}
-	}
+	return out, nil
 }
 
 // members lists the members, started and pending, in the order of their

@@ -348,29 +348,6 @@ func storeMax(a *atomic.Int64, v int64) {
 	}
 }
 
-// scanAll calls fn for every pair of a scan.
-func scanAll(ctx context.Context, s RecordReader, opts kv.ScanOptions, fn func(kv.Pair) error) error {
-	it, err := s.Scan(ctx, opts)
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	for {
-		batch, err := it.Next(ctx)
-		if err != nil {
-			return err
-		}
-		if len(batch) == 0 {
-			return nil
-		}
-		for _, p := range batch {
-			if err := fn(p); err != nil {
-				return err
-			}
-		}
-	}
-}
-
 // pinSet records the revisions that in-flight reads depend on, so physical
 // compaction never removes history a running read still needs.
 type pinSet struct {

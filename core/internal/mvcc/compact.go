@@ -166,7 +166,7 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 	// Keys changed in [from, target], each once.
 	seen := map[string]struct{}{}
 	var keys [][]byte
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(target + 1), BatchSize: 512}, func(p kv.Pair) error {
+	err := kv.ScanEach(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(from), End: coder.EventKey(target + 1), BatchSize: 512}, func(p kv.Pair) error {
 		cs, err := decodeChanges(p.Value)
 		if err != nil {
 			return err
@@ -195,7 +195,7 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 	for _, k := range keys {
 		var versions []kv.Pair
 		s, e := coder.ObjectVersions(k, 0, target)
-		if err := scanAll(ctx, b.store, kv.ScanOptions{Start: s, End: e}, func(p kv.Pair) error {
+		if err := kv.ScanEach(ctx, b.store, kv.ScanOptions{Start: s, End: e}, func(p kv.Pair) error {
 			versions = append(versions, p)
 			return nil
 		}); err != nil {
@@ -260,7 +260,7 @@ func (b *Backend) compactPhysical(ctx context.Context, from, target int64) error
 	for rev := from; rev < target; {
 		end := min(rev+compactChunk, target)
 		var ops []kv.Op
-		if err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(rev), End: coder.EventKey(end)}, func(p kv.Pair) error {
+		if err := kv.ScanEach(ctx, b.store, kv.ScanOptions{Start: coder.EventKey(rev), End: coder.EventKey(end)}, func(p kv.Pair) error {
 			ops = append(ops, kv.Delete(p.Key))
 			return nil
 		}); err != nil {

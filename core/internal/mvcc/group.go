@@ -270,7 +270,7 @@ func (g *group) liveRange(key, end []byte) ([][]byte, error) {
 		}
 	} else {
 		start, stop := coder.RevisionRange(key, end)
-		if err := scanAll(context.Background(), g.b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, visit); err != nil {
+		if err := kv.ScanEach(context.Background(), g.b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024}, visit); err != nil {
 			return nil, storageErr("scan", err)
 		}
 	}

@@ -120,11 +120,6 @@ func ImportRecordKey() []byte { return coder.MetaKey(metaImport) }
 // context's error as it is.
 func StorageError(op string, err error) error { return storageErr(op, err) }
 
-// ScanAll calls fn for every pair of a scan of s.
-func ScanAll(ctx context.Context, s RecordReader, opts kv.ScanOptions, fn func(kv.Pair) error) error {
-	return scanAll(ctx, s, opts, fn)
-}
-
 // etcdCompactRev is the compacted revision as etcd reports it: -1 for a
 // store never compacted, 0 for one compacted at 0.
 func (b *Backend) etcdCompactRev(rev int64) int64 {

@@ -72,7 +72,7 @@ func (b *Backend) loadLeases(ctx context.Context) error {
 	for _, l := range leases {
 		b.lessor.Grant(l.ID, l.TTL)
 	}
-	err = scanAll(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
+	err = kv.ScanEach(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
 		id, key, err := coder.DecodeLeaseIndexKey(p.Key)
 		if err != nil {
 			return err
@@ -90,7 +90,7 @@ func (b *Backend) loadLeases(ctx context.Context) error {
 // empty, so the store is the one source every node agrees on).
 func (b *Backend) storedLeases(ctx context.Context) ([]etcdfmt.Lease, error) {
 	var out []etcdfmt.Lease
-	err := scanAll(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
+	err := kv.ScanEach(ctx, b.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
 		id, err := coder.DecodeLeaseKey(p.Key)
 		if err != nil {
 			return err

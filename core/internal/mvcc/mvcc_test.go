@@ -61,7 +61,7 @@ func get(t *testing.T, b *Backend, k string, rev int64) (*mvccpb.KeyValue, error
 func countSpace(t *testing.T, s kv.Store, sp coder.Space) int {
 	t.Helper()
 	n := 0
-	if err := scanAll(context.Background(), s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp)}, func(kv.Pair) error {
+	if err := kv.ScanEach(context.Background(), s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp)}, func(kv.Pair) error {
 		n++
 		return nil
 	}); err != nil {

@@ -141,7 +141,7 @@ func (b *Backend) readAhead(ctx context.Context, p *prefetch, keys [][]byte, ran
 	for _, r := range ranges {
 		start, stop := coder.RevisionRange(r[0], r[1])
 		var pairs []kv.Pair
-		err := scanAll(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024, Limit: maxRangeRead + 1}, func(kp kv.Pair) error {
+		err := kv.ScanEach(ctx, b.store, kv.ScanOptions{Start: start, End: stop, BatchSize: 1024, Limit: maxRangeRead + 1}, func(kp kv.Pair) error {
 			pairs = append(pairs, kp)
 			return nil
 		})

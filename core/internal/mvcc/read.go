@@ -245,7 +245,7 @@ func (r *rangeRead) readPage(ctx context.Context, keep, batch int, remember bool
 	if keep > 0 {
 		page = make([]entry, 0, min(keep, 4096))
 	}
-	err = scanAll(ctx, r.b.store, kv.ScanOptions{Start: r.start, End: r.stop, BatchSize: batch}, func(p kv.Pair) error {
+	err = kv.ScanEach(ctx, r.b.store, kv.ScanOptions{Start: r.start, End: r.stop, BatchSize: batch}, func(p kv.Pair) error {
 		h, val, err := decodeHeader(p.Value)
 		if err != nil {
 			return err
@@ -279,7 +279,7 @@ func (r *rangeRead) readPage(ctx context.Context, keep, batch int, remember bool
 // alone; only a key changed since rev needs its key decoded and a look into
 // history. With remember it also returns the live keys' revision keys.
 func (r *rangeRead) countLive(ctx context.Context, opts kv.ScanOptions, remember bool) (count int, live [][]byte, err error) {
-	err = scanAll(ctx, r.b.store, opts, func(p kv.Pair) error {
+	err = kv.ScanEach(ctx, r.b.store, opts, func(p kv.Pair) error {
 		h, _, err := decodeHeader(p.Value)
 		if err != nil {
 			return err

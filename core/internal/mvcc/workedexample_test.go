@@ -91,7 +91,7 @@ func docExampleTables(t *testing.T) [][]string {
 func engineContent(t *testing.T, s kv.Store) []string {
 	t.Helper()
 	var out []string
-	if err := scanAll(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
+	if err := kv.ScanEach(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
 		if len(p.Key) < 4 || !bytes.Equal(p.Key[:4], coder.Prefix(coder.Space(p.Key[3]))) {
 			out = append(out, fmt.Sprintf("%s -> %s", renderBytes(p.Key), renderBytes(p.Value)))
 			return nil

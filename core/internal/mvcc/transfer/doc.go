@@ -63,8 +63,8 @@
 //	func (b *Backend) TempDir() string
 //
 // with the errors ErrClosed, ErrFutureRev and ErrCompacted. Engine errors
-// are wrapped as mvcc wraps them (StorageError: ErrClosed, ErrUnavailable),
-// and ScanAll reads a scan whole.
+// are wrapped as mvcc wraps them (StorageError: ErrClosed, ErrUnavailable);
+// a scan is read whole with core/kv's ScanEach.
 //
 // # Files
 //

@@ -174,7 +174,7 @@ func CheckEmpty(ctx context.Context, s kv.Store) error {
 func checkEmpty(ctx context.Context, s kv.Store) error {
 	for _, sp := range importSpaces {
 		var found []byte
-		err := mvcc.ScanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1}, func(p kv.Pair) error {
+		err := kv.ScanEach(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1}, func(p kv.Pair) error {
 			found = p.Key
 			return nil
 		})
@@ -201,7 +201,7 @@ func describeFound(ctx context.Context, s kv.Store) string {
 		first []byte
 		n     int
 	)
-	err := mvcc.ScanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(coder.SpaceRevision), End: coder.SpaceEnd(coder.SpaceRevision), Limit: bound}, func(p kv.Pair) error {
+	err := kv.ScanEach(ctx, s, kv.ScanOptions{Start: coder.Prefix(coder.SpaceRevision), End: coder.SpaceEnd(coder.SpaceRevision), Limit: bound}, func(p kv.Pair) error {
 		if first == nil {
 			first, _ = coder.DecodeRevisionKey(p.Key)
 		}
@@ -225,7 +225,7 @@ func wipe(ctx context.Context, s kv.Store) error {
 	for _, sp := range importSpaces {
 		for {
 			var ops []kv.Op
-			err := mvcc.ScanAll(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1024}, func(p kv.Pair) error {
+			err := kv.ScanEach(ctx, s, kv.ScanOptions{Start: coder.Prefix(sp), End: coder.SpaceEnd(sp), Limit: 1024}, func(p kv.Pair) error {
 				if sp == coder.SpaceMeta && bytes.Equal(p.Key, mvcc.ImportRecordKey()) {
 					return nil // removed last: it says the wipe is unfinished
 				}
@@ -255,7 +255,7 @@ func (im *Importer) loadResumeState(ctx context.Context) error {
 		return err
 	}
 	im.logNext = max(last+1, im.firstLogged())
-	return mvcc.ScanAll(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
+	return kv.ScanEach(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLease), End: coder.SpaceEnd(coder.SpaceLease)}, func(p kv.Pair) error {
 		id, err := coder.DecodeLeaseKey(p.Key)
 		if err != nil {
 			return err
@@ -324,7 +324,7 @@ func (im *Importer) Finish(ctx context.Context, opts FinishOptions) error {
 // dropped after their keys were imported.
 func (im *Importer) dropDanglingLeaseIndex(ctx context.Context) error {
 	var ops []kv.Op
-	err := mvcc.ScanAll(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
+	err := kv.ScanEach(ctx, im.store, kv.ScanOptions{Start: coder.Prefix(coder.SpaceLeaseKeys), End: coder.SpaceEnd(coder.SpaceLeaseKeys)}, func(p kv.Pair) error {
 		id, _, err := coder.DecodeLeaseIndexKey(p.Key)
 		if err != nil {
 			return err

@@ -71,7 +71,7 @@ func (x exported) bulkOptions(t *testing.T, dst kv.Store, loader kv.BulkLoader) 
 func dump(t *testing.T, s kv.Store) []kv.Pair {
 	t.Helper()
 	var ps []kv.Pair
-	if err := mvcc.ScanAll(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
+	if err := kv.ScanEach(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
 		ps = append(ps, p)
 		return nil
 	}); err != nil {
