@@ -9,12 +9,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	badgerdb "github.com/dgraph-io/badger/v3"
 	"github.com/dgraph-io/badger/v3/pb"
 	"github.com/dgraph-io/ristretto/z"
 
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/engines/internal/periodic"
 )
 
 // Bulk loading (kv.BulkLoader) writes sorted pairs with badger's
@@ -41,9 +43,15 @@ const loadBufferBytes = 4 << 20
 
 func newLoadBuffer() *z.Buffer { return z.NewBuffer(loadBufferBytes+(1<<20), "engram.BulkLoad") }
 
-// releaseEveryBytes is how many bytes of pairs a load writes between
-// releases of its tables' resident pages (releaseTablePages).
-const releaseEveryBytes = 64 << 20
+// releaseInterval is how often a load releases its tables' resident pages
+// (releaseTablePages). Badger copies each table into a fresh shared
+// mapping and msyncs it at once, and msync cleans every page still mapped
+// one at a time, each with an interrupt to flush the other cores' TLBs: 13%
+// of a million-object restore's CPU. Released often enough, most of a
+// table's pages are gone from the mapping before its msync reaches them,
+// and the page cache writes them back with no interrupt (DESIGN.md, "Bulk
+// restore").
+const releaseInterval = 10 * time.Millisecond
 
 var _ kv.BulkLoader = (*Store)(nil)
 
@@ -77,6 +85,7 @@ func (s *Store) BulkLoad(ctx context.Context, marker kv.Pair) (kv.Load, error) {
 		return nil, fmt.Errorf("badger: bulk load: prepare: %w", err)
 	}
 	l := &bulkLoad{store: s, sw: sw, marker: bytes.Clone(marker.Key), markerValue: bytes.Clone(marker.Value), buf: newLoadBuffer(), writer: startLoadWriter(sw)}
+	l.startReleaser()
 	s.load = l
 	return l, nil
 }
@@ -114,6 +123,7 @@ func (s *Store) cancelLoadLocked() {
 		// The writer's Write must end before the StreamWriter is
 		// cancelled; its error no longer matters.
 		_ = s.load.writer.stop()
+		s.load.releaser.Stop()
 		if !s.load.flushed {
 			s.load.sw.Cancel()
 		}
@@ -135,9 +145,9 @@ type bulkLoad struct {
 	kv      pb.KV
 	key     []byte
 	flushed bool
-	// unreleased counts the bytes written since the tables' pages were
-	// last released.
-	unreleased int
+	// releaser releases the tables' pages every releaseInterval until
+	// the StreamWriter is flushed or cancelled (nil in memory).
+	releaser *periodic.Task
 }
 
 func (l *bulkLoad) Add(ctx context.Context, pairs []kv.Pair) error { return l.AddTo(ctx, 0, pairs) }
@@ -183,18 +193,28 @@ func (l *bulkLoad) write(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	n := l.buf.LenNoPadding()
 	var err error
-	if l.buf, err = l.writer.swap(l.buf); err != nil {
-		return err
+	l.buf, err = l.writer.swap(l.buf)
+	return err
+}
+
+// startReleaser releases the load's tables' pages now and then; it must be
+// stopped before the StreamWriter is flushed (Flush resumes compactions,
+// which close tables) or cancelled.
+func (l *bulkLoad) startReleaser() {
+	s := l.store
+	if s.inMemory {
+		return
 	}
-	l.unreleased += n
-	// Only before Flush: it resumes compactions, which close tables.
-	if l.unreleased >= releaseEveryBytes && !l.store.inMemory && !l.flushed {
-		l.unreleased = 0
-		return releaseTablePages(l.store.db.Opts().Dir)
-	}
-	return nil
+	dir := s.db.Opts().Dir
+	warned := false
+	l.releaser = periodic.Start(releaseInterval, func(context.Context) {
+		if err := releaseTablePages(dir); err != nil && !warned {
+			// Only memory is at stake: the pages stay resident.
+			s.log.Warn("bulk load: releasing the tables' pages failed", "err", err)
+			warned = true
+		}
+	})
 }
 
 // activeLocked fails once the load ended or the store was closed; the
@@ -248,6 +268,7 @@ func (l *bulkLoad) flush(ctx context.Context) error {
 	if err := l.writer.stop(); err != nil {
 		return err
 	}
+	l.releaser.Stop()
 	// A flushed StreamWriter must not be cancelled (its throttle would be
 	// finished twice): Close after this point leaves the marker file, and
 	// the next Open discards the load.

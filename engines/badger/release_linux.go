@@ -17,6 +17,9 @@ import (
 // about 0.65 GiB on top of the heap, DESIGN.md "Bulk restore"). The
 // pages stay in the page cache, dirty ones included: a shared mapping's
 // contents are the file's, so a later read faults them back in unchanged.
+// Released before badger's msync of a new table reaches them, dirty pages
+// are also written back without msync's cleaning of each mapped page
+// (releaseInterval).
 //
 // It must run only while no table under dir can be closed (a bulk load: no
 // compaction, no DropAll), so that every range it reads from
