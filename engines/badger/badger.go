@@ -62,7 +62,7 @@ import (
 	"github.com/engramkv/engram/engines/internal/condcache"
 	"github.com/engramkv/engram/engines/internal/diskuse"
 	"github.com/engramkv/engram/engines/internal/groupcommit"
-	"github.com/engramkv/engram/engines/internal/periodic"
+	"github.com/engramkv/engram/internal/periodic"
 )
 
 // Limits of this adaptor that are tighter than the kv contract's.

@@ -16,7 +16,7 @@ import (
 	"github.com/dgraph-io/ristretto/z"
 
 	"github.com/engramkv/engram/core/kv"
-	"github.com/engramkv/engram/engines/internal/periodic"
+	"github.com/engramkv/engram/internal/periodic"
 )
 
 // Bulk loading (kv.BulkLoader) writes sorted pairs with badger's

@@ -72,7 +72,7 @@ import (
 
 	"github.com/engramkv/engram/core/kv"
 	"github.com/engramkv/engram/engines/internal/gate"
-	"github.com/engramkv/engram/engines/internal/periodic"
+	"github.com/engramkv/engram/internal/periodic"
 )
 
 const (

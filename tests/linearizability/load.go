@@ -15,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/engramkv/engram/internal/periodic"
 )
 
 // LoadOptions shape the concurrent clients of a run.
@@ -84,16 +86,7 @@ func StartLoad(ctx context.Context, rec *Recorder, opts LoadOptions) (*Load, err
 			defer cli.Close()
 			// The ticker paces the client (Rate), it does not synchronise
 			// anything; ticks missed while an operation runs are dropped.
-			tick := time.NewTicker(interval)
-			defer tick.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tick.C:
-					c.step(ctx)
-				}
-			}
+			periodic.Run(ctx, interval, c.step)
 		})
 	}
 	return l, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/engramkv/engram/core/internal/coder"
 	"github.com/engramkv/engram/core/kv"
+	"github.com/engramkv/engram/internal/periodic"
 )
 
 // Records in the store's meta space: the whole state, and its revision
@@ -101,18 +102,11 @@ func (s *Store) state() *state { return s.cur.Load() }
 
 // Run polls the revision record until ctx ends.
 func (s *Store) Run(ctx context.Context) {
-	t := time.NewTicker(PollInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("poll auth revision", "err", err)
-			}
+	periodic.Run(ctx, PollInterval, func(ctx context.Context) {
+		if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("poll auth revision", "err", err)
 		}
-	}
+	})
 }
 
 // refresh reloads the state when the revision record moved.

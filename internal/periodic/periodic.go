@@ -1,7 +1,8 @@
-// Package periodic runs an engine's background task (badger's value-log
-// GC, TiKV's MVCC GC) every interval until the store's Close stops it. It
-// owns the goroutine, the ticker and the stopping; it must not know what
-// the task does.
+// Package periodic runs a background task every interval until it is
+// stopped: badger's value-log GC and TiKV's MVCC GC (until the store's
+// Close), a bulk load's release of mapped pages, the auth state's poll of
+// its revision record, a test client's pace. It owns the ticker and the
+// stopping; it must not know what the task does.
 package periodic
 
 import (
@@ -27,6 +28,13 @@ func Start(interval time.Duration, round func(ctx context.Context)) *Task {
 
 func (t *Task) run(ctx context.Context, interval time.Duration, round func(ctx context.Context)) {
 	defer close(t.done)
+	Run(ctx, interval, round)
+}
+
+// Run runs round every interval, the first time one interval from now, on
+// the caller's goroutine, until ctx ends. Ticks missed while a round runs
+// are dropped: the rounds are paced, not counted.
+func Run(ctx context.Context, interval time.Duration, round func(ctx context.Context)) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
