@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"database/sql/driver"
 	"errors"
@@ -98,7 +99,7 @@ func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affecte
 	// in the order sent.
 	var stmts []sqlkv.Run
 	for _, r := range sqlkv.Runs(ops, order) {
-		if multi && r.Len() > 1 {
+		if multi && r.Len() > 1 && !hasCompare(ops, order, r) {
 			var head func([]byte) []byte
 			var row func(buf []byte, first bool, op *sdk.Op) []byte
 			tail := ""
@@ -156,6 +157,19 @@ func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affecte
 		}
 		for k := r.From; k < r.To; k++ {
 			op := &ops[order[k]]
+			if isCompare(op) {
+				if err := start(512 + 4*litLen(len(op.Key)) + 2*litLen(len(op.Value))); err != nil {
+					return nil, false, err
+				}
+				buf = d.sql.compare(buf, op.Key, sqlkv.NonNil(op.Value))
+				stmts = append(stmts, sqlkv.Run{Kind: op.Kind, From: k, To: k + 1})
+				// The other statements' counts are no op's: runs of
+				// no position.
+				for range compareStatements - 1 {
+					stmts = append(stmts, sqlkv.Run{Kind: sdk.OpPut, From: k, To: k})
+				}
+				continue
+			}
 			// An upper bound of the statement's length.
 			if err := start(512 + 3*litLen(len(op.Key)) + litLen(len(op.Value)) + litLen(len(op.Expected))); err != nil {
 				return nil, false, err
@@ -187,6 +201,8 @@ func (d *adaptor) write(c *conn, ops []sdk.Op, order []int, multi bool) (affecte
 	affected = make([]int64, len(order))
 	for s, r := range stmts {
 		switch {
+		case r.Len() == 0:
+			// A statement of a compare that is not its condition.
 		case r.Len() == 1:
 			affected[r.From] = counts[s]
 		case r.Kind != sdk.OpPut && r.Kind != sdk.OpDelete && counts[s] != int64(r.Len()):
@@ -252,6 +268,26 @@ func (d *adaptor) CommitAborted(err error) bool {
 	if errors.As(err, &me) {
 		switch string(me.SQLState[:2]) {
 		case "40", "23", "25":
+			return true
+		}
+	}
+	return false
+}
+
+// isCompare reports whether op is a compare-and-swap to the value it
+// expects, which statements.compare writes.
+func isCompare(op *sdk.Op) bool {
+	return op.Kind == sdk.OpCompareAndSwap && bytes.Equal(op.Value, op.Expected)
+}
+
+// hasCompare reports whether run r of ops (positions in order) holds a
+// compare, which a multi-row statement cannot write.
+func hasCompare(ops []sdk.Op, order []int, r sqlkv.Run) bool {
+	if r.Kind != sdk.OpCompareAndSwap {
+		return false
+	}
+	for k := r.From; k < r.To; k++ {
+		if isCompare(&ops[order[k]]) {
 			return true
 		}
 	}

@@ -533,6 +533,49 @@ func TestMySQLGalera(t *testing.T) {
 		_ = s.Close()
 	})
 
+	t.Run("CompareReplicates", func(t *testing.T) {
+		// A compare-and-swap to the value a key holds (a leader's fence)
+		// must put the row in the writeset: a transaction whose writeset
+		// is empty is not replicated at all, and certification cannot
+		// order it against the next leader's rewrite of that row.
+		s, _ := open(t, 0, "", "", host.StoreOptions{})
+		key, v := []byte("term"), []byte("t1")
+		if err := s.Commit(ctx, []kv.Op{kv.Put(key, v)}); err != nil {
+			t.Fatal(err)
+		}
+		committed := func() int {
+			out, err := my.Exec("", "SHOW STATUS LIKE 'wsrep_last_committed'")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, n, _ := strings.Cut(strings.TrimSpace(out), "\t")
+			seq, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("wsrep_last_committed: %q", out)
+			}
+			return seq
+		}
+		before := committed()
+		if err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap(key, v, v)}); err != nil {
+			t.Fatal(err)
+		}
+		if after := committed(); after != before+1 {
+			t.Errorf("a compare alone moved the cluster from write %d to %d, want one replicated write", before, after)
+		}
+		if got, err := s.Get(ctx, key); err != nil || !bytes.Equal(got, v) {
+			t.Errorf("after the compare: %q, %v; want %q", got, err, v)
+		}
+		// A compare whose condition fails changes nothing and names the
+		// value the key holds.
+		err := s.Commit(ctx, []kv.Op{kv.CompareAndSwap(key, []byte("t0"), []byte("t0")), kv.Put([]byte("other"), nil)})
+		if c, ok := kv.AsConflict(err); !ok || c.Index != 0 || !bytes.Equal(c.Current, v) {
+			t.Errorf("a compare that fails: %v, want a conflict of op 0 naming %q", err, v)
+		}
+		if got, err := s.Get(ctx, key); err != nil || !bytes.Equal(got, v) {
+			t.Errorf("after the failed compare: %q, %v; want %q", got, err, v)
+		}
+	})
+
 	t.Run("NotReady", func(t *testing.T) {
 		s, _ := open(t, 0, "", "", host.StoreOptions{PoolSize: 1})
 		if err := s.Commit(ctx, []kv.Op{kv.Put([]byte("k"), []byte("v"))}); err != nil {

@@ -169,15 +169,42 @@ func (s statements) putNew(buf, key, value []byte) []byte {
 // CLIENT_FOUND_ROWS, so a row that matched counts even when the new value
 // equals the old one.
 func (s statements) cas(buf, key, value, expected []byte) []byte {
+	buf = appendLit(s.setValue(buf), value)
+	return appendLit(whereKey(buf, key, " AND value = "), expected)
+}
+
+// setValue appends the head of an UPDATE of the value column, up to the
+// new value's expression.
+func (s statements) setValue(buf []byte) []byte {
 	buf = append(buf, "UPDATE "...)
 	buf = append(buf, s.table...)
-	buf = append(buf, " SET value = "...)
-	buf = appendLit(buf, value)
-	buf = append(buf, " WHERE "...)
-	buf = appendMatch(buf, key)
-	buf = append(buf, " AND value = "...)
-	return appendLit(buf, expected)
+	return append(buf, " SET value = "...)
 }
+
+// whereKey appends the WHERE clause that selects key's row, then and (the
+// start of one more condition).
+func whereKey(buf, key []byte, and string) []byte {
+	buf = append(buf, " WHERE "...)
+	return append(appendMatch(buf, key), and...)
+}
+
+// compare writes a compare-and-swap to the value the key already holds (a
+// leader's fence, election.FenceOp) as three statements that change the
+// row and change it back: an UPDATE to the row's own value changes nothing,
+// so Galera would leave the row out of the writeset and could not certify
+// the fence against the next leader's rewrite (DESIGN.md, "Fencing on
+// Galera"). Only the first statement's count is the op's: whether the
+// condition held; the last one changes the row back only then.
+func (s statements) compare(buf, key, value []byte) []byte {
+	buf = append(s.setValue(buf), "CONCAT(value, x'00')"...)
+	buf = appendLit(whereKey(buf, key, " AND value = "), value)
+	buf = append(buf, ";SET @engram_held = ROW_COUNT();"...)
+	buf = appendLit(s.setValue(buf), value)
+	return whereKey(buf, key, " AND @engram_held > 0")
+}
+
+// compareStatements is how many statements compare writes.
+const compareStatements = 3
 
 // The multi-row forms of compare-and-swap and compare-and-delete join the
 // table with a derived table of the run's keys, new values and expected
