@@ -23,23 +23,15 @@ func loadPairs(n int) []kv.Pair {
 // contents returns every pair of s.
 func contents(t *testing.T, s kv.Store) []kv.Pair {
 	t.Helper()
-	ctx := context.Background()
-	it, err := s.Scan(ctx, kv.ScanOptions{})
+	var all []kv.Pair
+	err := kv.ScanEach(context.Background(), s, kv.ScanOptions{}, func(p kv.Pair) error {
+		all = append(all, p)
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer it.Close()
-	var all []kv.Pair
-	for {
-		b, err := it.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) == 0 {
-			return all
-		}
-		all = append(all, b...)
-	}
+	return all
 }
 
 // wantPairs fails unless s holds exactly want.

@@ -105,8 +105,10 @@ func (e *Env[S]) OpenTable(tb testing.TB, extra string, opts host.StoreOptions) 
 	return s, table
 }
 
-// BenchAdaptor runs the Get and Commit3 benchmarks on s; seq numbers
-// the object keys across runs on one store (-count reruns on it).
+// BenchAdaptor runs the Get, Commit3 and Commit3Fenced benchmarks on s;
+// seq numbers the object keys across runs on one store (-count reruns on
+// it). Commit3Fenced adds what a cluster leader's batch carries: a
+// compare-and-swap of a term record to the value it holds.
 func BenchAdaptor(b *testing.B, s kv.Store, seq *int) {
 	ctx := context.Background()
 	rev := []byte("rev/key")
@@ -120,26 +122,39 @@ func BenchAdaptor(b *testing.B, s kv.Store, seq *int) {
 			}
 		}
 	})
-	b.Run("Commit3", func(b *testing.B) {
-		cur, err := s.Get(ctx, rev)
-		if err != nil {
-			b.Fatal(err)
+	term := []byte("term")
+	if err := s.Commit(ctx, []kv.Op{kv.Put(term, []byte("1"))}); err != nil {
+		b.Fatal(err)
+	}
+	for _, fenced := range []bool{false, true} {
+		name := "Commit3"
+		if fenced {
+			name = "Commit3Fenced"
 		}
-		value := []byte(strings.Repeat("v", 500))
-		for b.Loop() {
-			*seq++
-			next := []byte(strconv.Itoa(*seq))
-			ops := []kv.Op{
-				kv.CompareAndSwap(rev, cur, next),
-				kv.PutIfAbsent(fmt.Appendf(nil, "obj/%08d", *seq), value),
-				kv.Put([]byte("meta/last"), next),
-			}
-			if err := s.Commit(ctx, ops); err != nil {
+		b.Run(name, func(b *testing.B) {
+			cur, err := s.Get(ctx, rev)
+			if err != nil {
 				b.Fatal(err)
 			}
-			cur = next
-		}
-	})
+			value := []byte(strings.Repeat("v", 500))
+			for b.Loop() {
+				*seq++
+				next := []byte(strconv.Itoa(*seq))
+				ops := []kv.Op{
+					kv.CompareAndSwap(rev, cur, next),
+					kv.PutIfAbsent(fmt.Appendf(nil, "obj/%08d", *seq), value),
+					kv.Put([]byte("meta/last"), next),
+				}
+				if fenced {
+					ops = append(ops, kv.CompareAndSwap(term, []byte("1"), []byte("1")))
+				}
+				if err := s.Commit(ctx, ops); err != nil {
+					b.Fatal(err)
+				}
+				cur = next
+			}
+		})
+	}
 }
 
 // BenchGroups runs the group benchmarks on s: one Commit shaped like
